@@ -1,0 +1,1 @@
+"""rejoinder: a real-time voice agent runtime and an honest latency harness."""

@@ -1,0 +1,140 @@
+"""Run one call end to end: a simulated caller ↔ a session, in real time on one clock.
+
+Outputs (written as the call goes, so a failure mid-call keeps everything so far):
+
+* ``call.wav`` — stereo 16 kHz int16: caller left, agent right, as the caller hears it;
+* ``timeline.jsonl`` — every event, then one ``turn`` summary line per turn;
+* ``transcript.txt`` — caller and agent lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from .caller import FRAME, RATE, SimulatedCaller
+from .clock import Clock, RealClock
+from .events import AgentSpeech, Boundary, EventBus, TranscriptEvent
+from .session import Session, Stack
+from .stages import Stamper
+from .timeline import Timeline, TurnRecord
+from .turns import TurnPolicy
+
+
+class StereoRecorder:
+    """Writes caller (left) and agent (right) int16 frames to a WAV, flushed every second."""
+
+    def __init__(self, path: Path, rate: int = RATE, block_frames: int = 50) -> None:
+        self._sf = sf.SoundFile(str(path), "w", samplerate=rate, channels=2, subtype="PCM_16")
+        self._buf = np.zeros((block_frames * FRAME, 2), dtype=np.int16)
+        self._fill = 0
+
+    def write(self, caller: np.ndarray, agent: np.ndarray) -> None:
+        n = len(caller)
+        self._buf[self._fill:self._fill + n, 0] = caller
+        self._buf[self._fill:self._fill + n, 1] = agent[:n]
+        self._fill += n
+        if self._fill + FRAME > len(self._buf):
+            self.flush()
+
+    def flush(self) -> None:
+        if self._fill:
+            self._sf.write(self._buf[:self._fill])
+            self._sf.flush()
+            self._fill = 0
+
+    def close(self) -> None:
+        self.flush()
+        self._sf.close()
+
+
+@dataclass
+class CallResult:
+    call_id: str
+    turns: list[TurnRecord]
+    out_dir: Path | None
+    caller_cpu_s: float
+    duration_ms: float
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    error: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]]) -> None:
+    """Replace VAD estimates of user_speech_start/end with the caller's own audio (ground truth).
+
+    Each caller utterance belongs to the first agent turn whose (last) ``eot_decided`` comes after
+    the utterance ended; a turn's truth is the span of its utterances.
+    """
+    turns = [r for r in tl.records() if "eot_decided" in r.stamps]
+    spans: dict[int, list[float]] = {}
+    for _, start, end in truth:
+        owner = next((r for r in turns if r.stamps["eot_decided"] >= end), None)
+        if owner is None:
+            continue
+        span = spans.setdefault(owner.turn_id, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+    for turn_id, (start, end) in spans.items():
+        st.stamp("user_speech_start", turn_id, start, source="caller_audio")
+        st.stamp("user_speech_end", turn_id, end, source="caller_audio")
+
+
+async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None,
+                   clock: Clock | None = None, policy: TurnPolicy | None = None,
+                   tail_ms: float = 2500.0, max_ms: float = 300000.0, call_id: str | None = None,
+                   bus: EventBus | None = None) -> CallResult:
+    """Play rendered caller ``turns`` into a new session in real time; return the measured turns."""
+    clock = clock or RealClock()
+    call_id = call_id or uuid.uuid4().hex[:12]
+    bus = bus or EventBus()
+    st = Stamper(call_id, clock, bus)
+    tl = Timeline(out_dir / "timeline.jsonl" if out_dir else None)
+    bus.subscribe(tl)
+    lines: list[tuple[str, str]] = []
+    tools: list[dict[str, Any]] = []
+
+    def on_event(ev) -> None:
+        if isinstance(ev, TranscriptEvent) and ev.final and not ev.speculative:
+            lines.append(("caller", ev.text))
+        elif isinstance(ev, AgentSpeech):
+            lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
+        elif isinstance(ev, Boundary) and ev.name == "tool_start":
+            tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
+
+    bus.subscribe(on_event)
+    session = Session(st, stack, app, policy=policy)
+    caller = SimulatedCaller(turns, tail_ms=tail_ms)
+    rec = StereoRecorder(out_dir / "call.wav") if out_dir else None
+    error = None
+    t = 0.0
+    try:
+        while not caller.done and t < max_ms:
+            await clock.pace(t)
+            frame = caller.next_frame(t)
+            session.on_frame(frame, t)
+            heard = session.tick_playout(t)
+            caller.hear(heard, t)
+            if rec:
+                rec.write(frame, heard)
+            t += 1000.0 * FRAME / RATE
+    except Exception as exc:  # keep what was recorded; report the failure
+        error = repr(exc)
+    finally:
+        await session.close()
+        attach_truth(tl, st, caller.truth)
+        if rec:
+            rec.close()
+        for r in tl.records():
+            tl.write_event({"type": "turn", **r.summary()})
+        tl.close()
+    if out_dir:
+        (out_dir / "transcript.txt").write_text(
+            "".join(f"{who}: {text}\n" for who, text in lines), encoding="utf-8")
+    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, lines, error, tools)

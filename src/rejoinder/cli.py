@@ -1,0 +1,97 @@
+"""The ``rejoinder`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import RejoinderError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="rejoinder: real-time voice agents, measured honestly.")
+console = Console(stderr=True)
+BUNDLED_CALL = Path(__file__).parent / "assets" / "calls" / "order_status_real.yaml"
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def print_turns(result, as_json: bool) -> None:
+    """Per turn: V2V and the critical-path segments with the largest named."""
+    if as_json:
+        for r in result.turns:
+            s = r.summary()
+            print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "segments",
+                                                "largest_segment", "transcript", "heard_text",
+                                                "boundaries", "estimated", "tools", "stalls")}))
+        return
+    table = Table(title=f"call {result.call_id}: voice-to-voice latency per turn (ms)")
+    for col in ("turn", "caller said", "agent said (heard)", "V2V", "critical path", "largest"):
+        table.add_column(col, overflow="fold")
+    for r in result.turns:
+        s = r.summary()
+        segs = "  ".join(f"{k} {v:.0f}" for k, v in s["segments"].items() if v >= 0.5)
+        v2v = f"{s['v2v_ms']:.0f}" if s["v2v_ms"] is not None else f"— ({s['status']})"
+        table.add_row(str(r.turn_id), r.transcript, r.heard_text, v2v, segs,
+                      str(s["largest_segment"] or ""))
+    Console().print(table)
+    if result.out_dir:
+        console.print(f"recording: {result.out_dir / 'call.wav'}  (caller left, agent right)\n"
+                      f"timeline:  {result.out_dir / 'timeline.jsonl'}\n"
+                      f"transcript: {result.out_dir / 'transcript.txt'}")
+    if result.error:
+        console.print(f"[bold red]the call failed midway:[/] {result.error} (recording and timeline kept)")
+
+
+@app.command()
+def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or scenario (.yaml)"),
+         out: Path = typer.Option(Path("out/call"), help="folder for call.wav, timeline.jsonl, transcript.txt"),
+         config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+         tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
+         llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
+         json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout")) -> None:
+    """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
+    from .agent import Agent, load_caller
+    from .config import load_config
+    try:
+        cfg = load_config(config)
+        if tts:
+            cfg.stack.tts = tts
+        if llm:
+            cfg.stack.llm = llm
+        agent = Agent(cfg)
+        turns, phone = asyncio.run(load_caller(source))
+        out.mkdir(parents=True, exist_ok=True)
+        with console.status("loading models…"):
+            asyncio.run(agent.warmup())
+        result = asyncio.run(agent.call(turns, out_dir=out, caller_phone=phone))
+    except RejoinderError as exc:
+        _fail(exc)
+    print_turns(result, json_out)
+    if result.error:
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(out: Path = typer.Option(Path("out/demo")),
+         tts: Optional[str] = typer.Option(None, help="piper | espeak"),
+         json_out: bool = typer.Option(False, "--json")) -> None:
+    """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)."""
+    call(BUNDLED_CALL, out=out, config=None, tts=tts, llm=None, json_out=json_out)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,184 @@
+"""The closed set of typed events that flow through a call.
+
+Every event is an immutable, slotted dataclass carrying ``call_id``, ``turn_id`` and ``t_ms`` —
+milliseconds on the call's one monotonic clock (see :mod:`rejoinder.clock`). ``turn_id`` is the
+caller turn the event belongs to (0 before the first turn is opened). Observers (timeline, recorder,
+metrics) read events from the :class:`EventBus`; they never sit in the data path.
+
+The measurement contract of ``shared/DESIGN.md`` is carried by :class:`Boundary` events whose
+``name`` is one of :data:`BOUNDARIES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Union, get_args
+
+BoundaryName = Literal[
+    "user_speech_start",
+    "user_speech_end",
+    "eot_decided",
+    "transcript_final",
+    "llm_request",
+    "llm_first_token",
+    "tool_start",
+    "tool_end",
+    "first_speakable_text",
+    "tts_request",
+    "tts_first_audio",
+    "first_audio_out",
+    "playback_start",
+    "playback_end",
+    "interrupted_at",
+    "stall",
+]
+BOUNDARIES: tuple[str, ...] = get_args(BoundaryName)
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A named moment of the measurement contract.
+
+    ``estimated`` is True when the moment was inferred rather than observed (e.g. a live VAD's
+    ``user_speech_end``). ``data`` holds extras: tool name/args, chunk index, stall ``duration_ms``.
+    """
+
+    name: BoundaryName
+    t_ms: float
+    call_id: str
+    turn_id: int
+    estimated: bool = False
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VadChange:
+    """VAD flipped: ``speaking`` True at onset, False after the hangover; ``at_ms`` is the
+    estimated first/last voiced sample (earlier than ``t_ms``, when the decision was made)."""
+
+    speaking: bool
+    at_ms: float
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEvent:
+    """An interim (``final=False``) or final transcript of the caller's turn."""
+
+    text: str
+    final: bool
+    t_ms: float
+    call_id: str
+    turn_id: int
+    speculative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDecision:
+    """The runtime's decision about the caller's turn: ``committed`` ends it; ``reason`` is
+    ``"model"`` (end-of-turn model), ``"timeout"`` (silence fallback) or ``"promoted"``."""
+
+    committed: bool
+    probability: float
+    reason: str
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LlmToken:
+    text: str
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEvent:
+    """A tool call (``result`` None at start) with its reversibility declared by the tool."""
+
+    name: str
+    args: dict[str, Any]
+    reversible: bool
+    t_ms: float
+    call_id: str
+    turn_id: int
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpeakableText:
+    """A chunk handed to TTS: ``text`` as written, ``spoken`` after normalisation."""
+
+    text: str
+    spoken: str
+    index: int
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpeech:
+    """What the caller actually heard of a reply (written when it ends or is cut)."""
+
+    heard_text: str
+    full_text: str
+    interrupted: bool
+    estimated: bool
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """A stage failed. ``recovered`` says whether the call went on."""
+
+    stage: str
+    message: str
+    recovered: bool
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
+Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
+              SpeakableText, AgentSpeech, ErrorEvent]
+EVENT_TYPES: tuple[type, ...] = get_args(Event)
+
+Observer = Callable[[Event], None]
+
+
+class EventBus:
+    """Fan-out of events to observers. Observers must be quick and must not raise; an observer
+    that raises is removed and the error is kept in :attr:`observer_errors` (the call goes on)."""
+
+    __slots__ = ("_observers", "observer_errors")
+
+    def __init__(self) -> None:
+        self._observers: list[Observer] = []
+        self.observer_errors: list[str] = []
+
+    def subscribe(self, observer: Observer) -> None:
+        self._observers.append(observer)
+
+    def emit(self, event: Event) -> None:
+        for obs in tuple(self._observers):
+            try:
+                obs(event)
+            except Exception as exc:  # an observer must never break the data path
+                self.observer_errors.append(f"{obs!r}: {exc!r}")
+                self._observers.remove(obs)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """JSON-ready dict with a ``type`` tag (the class name)."""
+    out: dict[str, Any] = {"type": type(event).__name__}
+    for name in event.__slots__:  # type: ignore[attr-defined]
+        out[name] = getattr(event, name)
+    return out

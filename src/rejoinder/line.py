@@ -1,0 +1,143 @@
+"""The agent's side of the transport: an outgoing audio queue played out in real time.
+
+:class:`Playout` is the transport contract the session talks to (``send`` / ``end_reply`` /
+``hold`` / ``resume`` / ``clear``). It plays 20 ms frames at ``rate`` Hz (int16 mono), one per
+:meth:`tick`, from the reply currently queued. It is the *caller side* of the measurement: it stamps
+
+* ``playback_start`` — first voiced sample (|x| ≥ ``voiced_level``) of a reply the caller hears;
+  leading silence in TTS audio therefore counts as waiting, as DESIGN.md requires;
+* ``stall`` — each interval where the reply was not finished but the buffer ran dry (underrun);
+* ``playback_end`` / ``interrupted_at`` — the end of the reply as heard, or the cut.
+
+It also tracks how many samples of each reply were heard so the session can keep exactly the
+heard words in the LLM context. Ticks never allocate: frames are views into the queued chunks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+FRAME_MS = 20.0
+
+
+@dataclass
+class ReplyAudio:
+    """Book-keeping for one reply's audio on the line."""
+
+    turn_id: int
+    chunks: deque = field(default_factory=deque)  # np.ndarray int16 pieces not yet played
+    queued: int = 0       # samples ever queued
+    played: int = 0       # samples played to the caller
+    ended: bool = False   # no more audio will be sent
+    started_voiced: bool = False
+    stall_since: float | None = None
+    first_out: bool = False
+
+
+class Playout:
+    """Real-time playout of agent audio (int16 mono at ``rate`` Hz) in 20 ms frames.
+
+    ``stamp(name, turn_id, t_ms, **data)`` is called for caller-side boundaries.
+    """
+
+    def __init__(self, rate: int, stamp: Callable[..., None], *, voiced_level: int = 328) -> None:
+        self.rate = rate
+        self.frame = int(rate * FRAME_MS / 1000)
+        self.voiced_level = voiced_level  # int16 peak ≈ -40 dBFS
+        self._stamp = stamp
+        self.reply: ReplyAudio | None = None
+        self.held = False
+        self._silence = np.zeros(self.frame, dtype=np.int16)
+        self._out = np.zeros(self.frame, dtype=np.int16)
+        self.on_reply_done: Callable[[ReplyAudio, bool], None] | None = None
+
+    # --- agent side ---------------------------------------------------------------------
+    def begin(self, turn_id: int) -> ReplyAudio:
+        """Start a new reply; any previous one must have been ended or cleared."""
+        self.reply = ReplyAudio(turn_id)
+        self.held = False
+        return self.reply
+
+    def send(self, turn_id: int, pcm: np.ndarray, now: float) -> bool:
+        """Queue int16 audio for ``turn_id``. Returns False (dropped) when the turn is stale."""
+        r = self.reply
+        if r is None or r.turn_id != turn_id or r.ended:
+            return False
+        if len(pcm) == 0:
+            return True
+        r.chunks.append(pcm)
+        r.queued += len(pcm)
+        if not r.first_out:
+            r.first_out = True
+            self._stamp("first_audio_out", turn_id, now)
+        return True
+
+    def end_reply(self, turn_id: int) -> None:
+        if self.reply is not None and self.reply.turn_id == turn_id:
+            self.reply.ended = True
+
+    def hold(self) -> None:
+        """Stop playing at once but keep the queue (possible backchannel)."""
+        self.held = True
+
+    def resume(self) -> None:
+        self.held = False
+
+    def clear(self, now: float) -> ReplyAudio | None:
+        """Barge-in: discard everything queued and end the reply at the current sample."""
+        r = self.reply
+        if r is None:
+            return None
+        r.chunks.clear()
+        r.ended = True
+        self.reply = None
+        self.held = False
+        if r.played:
+            self._stamp("interrupted_at", r.turn_id, now, played_ms=1000.0 * r.played / self.rate)
+        if self.on_reply_done:
+            self.on_reply_done(r, True)
+        return r
+
+    # --- caller side ----------------------------------------------------------------------
+    def tick(self, now: float) -> np.ndarray:
+        """Play one 20 ms frame starting at ``now`` (ms); returns the int16 frame heard."""
+        r = self.reply
+        if r is None or self.held:
+            return self._silence
+        if not r.chunks:
+            if r.ended:
+                self.reply = None
+                if r.played:
+                    self._stamp("playback_end", r.turn_id, now)
+                if self.on_reply_done:
+                    self.on_reply_done(r, False)
+            elif r.played and r.stall_since is None:
+                r.stall_since = now
+            return self._silence
+        if r.stall_since is not None:
+            self._stamp("stall", r.turn_id, r.stall_since, duration_ms=now - r.stall_since)
+            r.stall_since = None
+        out = self._out
+        filled = 0
+        while filled < self.frame and r.chunks:
+            head = r.chunks[0]
+            take = min(self.frame - filled, len(head))
+            out[filled:filled + take] = head[:take]
+            if take == len(head):
+                r.chunks.popleft()
+            else:
+                r.chunks[0] = head[take:]
+            filled += take
+        if filled < self.frame:
+            out[filled:] = 0
+        if not r.started_voiced:
+            loud = np.flatnonzero(np.abs(out[:filled].astype(np.int32)) >= self.voiced_level)
+            if len(loud):
+                r.started_voiced = True
+                self._stamp("playback_start", r.turn_id, now + 1000.0 * loud[0] / self.rate)
+        r.played += filled
+        return out

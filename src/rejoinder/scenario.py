@@ -1,0 +1,132 @@
+"""Call scenarios: scripted callers (YAML, validated with pydantic).
+
+A scenario is a list of caller turns. Each turn's audio is a list of segments — a file, an
+Asterisk prompt (``asterisk: digits/4``, real human speech installed from Debian's
+``asterisk-core-sounds-en-wav``; voice by Allison Smith, CC-BY-SA-3.0), silence, or text spoken by
+the caller voice (espeak-ng, distinct from the agent's voice). Timing is relative to the agent:
+``after_agent_ms`` waits for the agent to stop talking (as heard by the caller) then that long;
+``barge_in_ms`` starts the turn that long into the agent's reply; ``at_ms`` is absolute.
+
+Errors name the file, the line and the field (:class:`ScenarioError`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+
+ASTERISK_DIR = Path("/usr/share/asterisk/sounds/en")
+
+
+class ScenarioError(ConfigError):
+    """A scenario file is malformed; the message names file, line and field."""
+
+
+class Segment(BaseModel):
+    """One piece of a caller turn's audio: exactly one of the fields."""
+
+    model_config = ConfigDict(extra="forbid")
+    file: str | None = None
+    asterisk: str | None = Field(None, description="prompt name under /usr/share/asterisk/sounds/en, no .wav")
+    say: str | None = Field(None, description="text spoken by the synthetic caller voice")
+    silence_ms: float | None = Field(None, ge=0, le=60000)
+
+    @model_validator(mode="after")
+    def _one(self) -> "Segment":
+        given = [k for k in ("file", "asterisk", "say", "silence_ms") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a segment needs exactly one of file/asterisk/say/silence_ms, got {given or 'none'}")
+        return self
+
+
+class Expect(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="[{name, args}] that must be called")
+    reply_contains: list[str] = Field(default_factory=list)
+    v2v_budget_ms: float | None = None
+
+
+class CallerTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    audio: list[Segment] = Field(min_length=1)
+    after_agent_ms: float | None = Field(None, ge=0)
+    barge_in_ms: float | None = Field(None, ge=0)
+    at_ms: float | None = Field(None, ge=0)
+    kind: Literal["request", "backchannel", "noise"] = "request"
+    expect: Expect = Field(default_factory=Expect)
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    caller_phone: str | None = None
+    turns: list[CallerTurn] = Field(min_length=1)
+    tail_ms: float = Field(2500, ge=0, description="listen this long after the last reply")
+    final_db: dict[str, Any] = Field(default_factory=dict)
+    path: str | None = None
+
+
+def _line_of(text: str, loc: tuple) -> int | None:
+    """Best-effort line number of the field at ``loc`` in the YAML ``text``."""
+    try:
+        node = yaml.compose(text)
+        for key in loc:
+            if node is None:
+                return None
+            if isinstance(key, int) and node.id == "sequence":
+                node = node.value[key]
+            elif node.id == "mapping":
+                node = next((v for k, v in node.value if k.value == key), None)
+                if node is None:
+                    return None
+            else:
+                return None
+        return node.start_mark.line + 1 if node is not None else None
+    except Exception:
+        return None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file.
+
+    Raises:
+        ScenarioError: unreadable file, YAML syntax error or invalid field (file:line: field: why).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}{where}: YAML syntax error: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}:1: a scenario is a mapping with 'name' and 'turns'")
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        line = _line_of(text, loc) or _line_of(text, loc[:-1]) or 1
+        field = ".".join(str(x) for x in loc) or "(top level)"
+        raise ScenarioError(f"{path}:{line}: field '{field}': {err['msg']}") from exc
+    for i, turn in enumerate(sc.turns):
+        for j, seg in enumerate(turn.audio):
+            if seg.asterisk and not (ASTERISK_DIR / f"{seg.asterisk}.wav").exists():
+                raise ScenarioError(f"{path}:{_line_of(text, ('turns', i, 'audio', j)) or 1}: field "
+                                    f"'turns.{i}.audio.{j}.asterisk': prompt '{seg.asterisk}' not found in "
+                                    f"{ASTERISK_DIR}; install it with: apt-get install asterisk-core-sounds-en-wav")
+            if seg.file and not (path.parent / seg.file).exists() and not Path(seg.file).exists():
+                raise ScenarioError(f"{path}:{_line_of(text, ('turns', i, 'audio', j)) or 1}: field "
+                                    f"'turns.{i}.audio.{j}.file': {seg.file} does not exist")
+    sc.path = str(path)
+    return sc

@@ -1,0 +1,256 @@
+"""A call session: wiring only.
+
+Caller frames (int16 mono, 20 ms at ``LINE_RATE``) arrive through :meth:`Session.on_frame`, called
+by the transport once per frame. The VAD runs inline (≈130 µs per 32 ms window — cheaper than a
+thread hop); everything else (end-of-turn model, STT, LLM, TTS) runs once per pause or per reply,
+off the event loop inside the adapters. Decisions come from the pure :class:`~rejoinder.turns.TurnTaker`;
+the reply pipeline lives in :mod:`rejoinder.reply`; the application (tools, policy) is plugged in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .audio_io import resample
+from .events import AgentSpeech, ErrorEvent, ToolCallEvent, TranscriptEvent, TurnDecision
+from .line import Playout, ReplyAudio
+from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
+from .reply import Reply
+from .stages import Stamper
+from .turns import CancelReply, Commit, OpenTurn, Speculate, TurnPolicy, TurnTaker
+from .vad import VadTracker
+
+LINE_RATE = 16000
+PREROLL_MS = 300.0
+TAIL_MS = 120.0
+_DIGIT_WORDS = {"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
+
+
+def number_incomplete(text: str) -> bool:
+    """True when ``text`` ends in a run of 1–3 spoken digits (e.g. "my order is 4 2"), i.e. a
+    number probably still being read out. Order and phone numbers here have ≥ 4 digits."""
+    tokens = re.findall(r"[a-z]+|\d+", text.lower())
+    run = 0
+    for tok in reversed(tokens):
+        if tok.isdigit():
+            run += len(tok)
+        elif tok in _DIGIT_WORDS:
+            run += 1
+        else:
+            break
+    return 0 < run < 4
+
+
+@dataclass
+class Stack:
+    """The model ports a session uses."""
+
+    vad: VADPort
+    turn: TurnPort
+    stt: STTPort
+    llm: LLMPort | None
+    tts: TTSPort
+
+
+class Session:
+    """One call. Create it, start :meth:`run` as a task, feed frames with :meth:`on_frame`."""
+
+    def __init__(self, st: Stamper, stack: Stack, app: Any, *, policy: TurnPolicy | None = None,
+                 max_seconds: float = 900.0) -> None:
+        self.st = st
+        self.stack = stack
+        self.app = app
+        self.policy = policy or TurnPolicy()
+        self.taker = TurnTaker(self.policy)
+        self.tracker = VadTracker(stack.vad, pause_ms=self.policy.pause_ms)
+        self.playout = Playout(LINE_RATE, self._caller_stamp)
+        self.playout.on_reply_done = self._on_reply_done
+        self._audio = np.zeros(int(LINE_RATE * max_seconds), dtype=np.float32)
+        self._n = 0
+        self._origin_ms: float | None = None  # call-clock time of sample 0
+        self._onset: dict[int, float] = {}
+        self._spec: dict[int, tuple[float, asyncio.Task]] = {}  # turn → (end_ms, stt task)
+        self._replies: dict[int, tuple[Reply | None, asyncio.Task]] = {}
+        self._speaking: dict[int, Reply] = {}  # replies whose audio may be on the line
+        self._tasks: set[asyncio.Task] = set()
+        self.errors: list[BaseException] = []
+        self.closed = False
+
+    # --- transport side ----------------------------------------------------------------------
+    def on_frame(self, pcm: np.ndarray, t_ms: float) -> None:
+        """One caller frame (int16 mono, 16 kHz) that started at ``t_ms``."""
+        if self._origin_ms is None:
+            self._origin_ms = t_ms
+        n = len(pcm)
+        if self._n + n > len(self._audio):
+            raise RuntimeError("call longer than max_seconds")
+        frame = self._audio[self._n:self._n + n]
+        np.multiply(pcm, 1.0 / 32768.0, out=frame, casting="unsafe")
+        self._n += n
+        now = self.st.now()
+        for sig in self.tracker.push(frame, t_ms):
+            if sig.kind == "onset":
+                if self.playout.reply is not None and self.playout.reply.started_voiced:
+                    self.playout.hold()  # stop talking over the caller at once
+                self._perform(self.taker.speech_onset(sig.at_ms, now))
+            elif sig.kind == "voiced":
+                self._perform(self.taker.speech_continues(now))
+            else:
+                self._perform(self.taker.speech_pause(sig.at_ms, now))
+        self._perform(self.taker.tick(now))
+
+    def tick_playout(self, t_ms: float) -> np.ndarray:
+        """The 20 ms of agent audio the caller hears from ``t_ms`` (int16, 16 kHz)."""
+        return self.playout.tick(t_ms)
+
+    # --- actions -----------------------------------------------------------------------------
+    def _spawn(self, coro, turn_id: int = 0, stage: str = "session") -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._task_done(t, turn_id, stage))
+        return task
+
+    def _task_done(self, task: asyncio.Task, turn_id: int, stage: str) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.st.emit(ErrorEvent(stage, repr(exc), False, self.st.now(), self.st.call_id, turn_id))
+            self.errors.append(exc)
+            if stage == "reply":  # a failed reply must not leave the agent stuck in "thinking"
+                self._perform(self.taker.agent_done(turn_id, self.st.now()))
+
+    def _perform(self, actions: list) -> None:
+        for a in actions:
+            if isinstance(a, OpenTurn):
+                self._onset[a.turn_id] = a.onset_ms
+                self.st.stamp("user_speech_start", a.turn_id, a.onset_ms, estimated=True)
+            elif isinstance(a, Speculate):
+                self.st.stamp("user_speech_end", a.turn_id, a.end_ms, estimated=True)
+                old = self._spec.get(a.turn_id)
+                if old:
+                    old[1].cancel()
+                stt = self._spawn(self._transcribe(a.turn_id, a.end_ms), a.turn_id, "stt")
+                self._spec[a.turn_id] = (a.end_ms, stt)
+                self._spawn(self._endpoint(a.turn_id, a.end_ms), a.turn_id, "turn")
+            elif isinstance(a, Commit):
+                self.st.stamp("eot_decided", a.turn_id, reason=a.reason, probability=a.probability)
+                self.st.emit(TurnDecision(True, a.probability, a.reason, self.st.now(),
+                                          self.st.call_id, a.turn_id))
+                self._replies[a.turn_id] = (None, self._spawn(self._reply(a.turn_id), a.turn_id, "reply"))
+            elif isinstance(a, CancelReply):
+                self._cancel_reply(a.turn_id, a.reason)
+
+    def _cancel_reply(self, turn_id: int, reason: str) -> None:
+        entry = self._replies.pop(turn_id, None)
+        if entry is not None:
+            entry[1].cancel()
+        if self.playout.reply is not None and self.playout.reply.turn_id == turn_id:
+            self.playout.clear(self.st.now())  # reports through _on_reply_done
+
+    def _segment(self, start_ms: float, end_ms: float) -> np.ndarray:
+        origin = self._origin_ms or 0.0
+        a = max(0, int((start_ms - origin) * LINE_RATE / 1000))
+        b = min(self._n, int((end_ms - origin) * LINE_RATE / 1000))
+        return self._audio[a:max(a, b)].copy()
+
+    async def _transcribe(self, turn_id: int, end_ms: float) -> str:
+        audio = self._segment(self._onset.get(turn_id, 0.0) - PREROLL_MS, end_ms + TAIL_MS)
+        stt = self.stack.stt
+        if stt.sample_rate != LINE_RATE:
+            audio = resample(audio, LINE_RATE, stt.sample_rate)
+
+        async def one():
+            yield audio
+
+        text = ""
+        async for tr in stt.stream(one()):
+            text = tr.text
+            self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
+                                         turn_id, speculative=True))
+        return text.strip()
+
+    async def _endpoint(self, turn_id: int, end_ms: float) -> None:
+        audio = self._segment(max(end_ms - 8000.0, self._onset.get(turn_id, 0.0) - PREROLL_MS),
+                              end_ms + TAIL_MS)
+        try:
+            p = await self.stack.turn.completion_prob(audio)
+        except Exception as exc:
+            self.st.emit(ErrorEvent("turn", repr(exc), True, self.st.now(), self.st.call_id, turn_id))
+            return  # the silence timeout still ends the turn
+        self._perform(self.taker.eot_result(turn_id, p, self.st.now()))
+
+    # --- the reply ---------------------------------------------------------------------------
+    async def _reply(self, turn_id: int) -> None:
+        end_ms, stt_task = self._spec[turn_id]
+        try:
+            text = await asyncio.shield(stt_task)
+        except Exception as exc:
+            self.st.emit(ErrorEvent("stt", repr(exc), False, self.st.now(), self.st.call_id, turn_id))
+            self._perform(self.taker.agent_done(turn_id, self.st.now()))
+            return
+        self.st.stamp("transcript_final", turn_id, text=text)
+        self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, turn_id))
+        if number_incomplete(text):
+            acts = self.taker.hold_for_digits(turn_id, self.st.now())
+            if acts:
+                self._replies.pop(turn_id, None)
+                self._perform([a for a in acts if not isinstance(a, CancelReply)])
+                return
+        if not text:
+            self._perform(self.taker.agent_done(turn_id, self.st.now()))
+            return
+        first_clause, request = self._decide(turn_id, text)
+        reply = Reply(self.st, turn_id, self.playout, self.stack.tts, self.stack.llm)
+        self._speaking[turn_id] = reply
+        try:
+            await reply.speak(first_clause, request)
+        except* Exception as eg:
+            for exc in eg.exceptions:
+                self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id, turn_id))
+            self.playout.end_reply(turn_id)
+
+    def _decide(self, turn_id: int, text: str):
+        """Run the application's plan and tools (stamped), return (first clause, LLM request)."""
+        plan = self.app.plan(text)
+        results = []
+        for call in plan.tool_calls:
+            tool = self.app.tools[call.name]
+            self.st.stamp("tool_start", turn_id, name=call.name, args=call.args,
+                          reversible=tool.reversible)
+            result = self.app.execute(call)
+            self.st.stamp("tool_end", turn_id, name=call.name)
+            self.st.emit(ToolCallEvent(call.name, dict(call.args), tool.reversible, self.st.now(),
+                                       self.st.call_id, turn_id, result=result))
+            results.append(result)
+        reply = self.app.compose(plan, results)
+        return reply.first_clause, reply.llm_request
+
+    def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, **data: Any) -> None:
+        self.st.stamp(boundary, turn_id, t_ms, **data)
+        if boundary == "playback_start":
+            self._perform(self.taker.agent_audible(turn_id, self.st.now()))
+
+    def _on_reply_done(self, audio: ReplyAudio, interrupted: bool) -> None:
+        """The playout finished (or cut) a reply: record what was heard, update the context."""
+        reply = self._speaking.pop(audio.turn_id, None)
+        heard, estimated = reply.heard(audio.played) if reply else ("", False)
+        self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
+                                 self.st.now(), self.st.call_id, audio.turn_id))
+        if hasattr(self.app, "heard"):
+            self.app.heard(heard)
+        if not interrupted:
+            self._replies.pop(audio.turn_id, None)
+            self._perform(self.taker.agent_done(audio.turn_id, self.st.now()))
+
+    async def close(self) -> None:
+        """Cancel everything still running for this call and wait for it."""
+        self.closed = True
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,186 @@
+"""Boundary events → per-turn records, critical path and voice-to-voice latency.
+
+Critical path (DESIGN.md): the checkpoints below, in causal order, from ``user_speech_end`` to
+``playback_start``. Each checkpoint time is clamped into ``[previous checkpoint, playback_start]``
+so that work hidden behind an earlier stage (e.g. a speculative transcript ready before the end of
+turn was decided) contributes 0 ms, and the segments add up *exactly* to V2V. A checkpoint that did
+not happen in a turn (no tool, or a first clause spoken before the LLM answered) is skipped.
+
+==================  =======================================  ================================
+segment             ends at                                  means
+==================  =======================================  ================================
+endpointing         ``eot_decided``                          waiting to decide the turn ended
+transcription       ``transcript_final``                     STT lag after the decision
+tools               last ``tool_end`` before first speech    tool calls on the path
+llm_ttft            ``llm_first_token`` (if it fed speech)   LLM time to first token
+first_text          ``first_speakable_text``                 text until a speakable chunk
+tts_ttfb            first ``tts_first_audio``                TTS time to first audio
+audio_out           ``first_audio_out``                      hand-off to the transport
+playout             ``playback_start``                       transport, buffering, leading silence
+==================  =======================================  ================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from .events import Boundary, Event, ErrorEvent, AgentSpeech, event_to_dict
+
+# boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
+_LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
+SEGMENTS = ("endpointing", "transcription", "tools", "llm_ttft", "first_text", "tts_ttfb",
+            "audio_out", "playout")
+
+
+@dataclass
+class TurnRecord:
+    """Everything measured about one caller turn (times in ms on the call clock)."""
+
+    turn_id: int
+    stamps: dict[str, float] = field(default_factory=dict)  # first occurrence of each boundary
+    estimated: set[str] = field(default_factory=set)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tts_chunks: list[dict[str, float]] = field(default_factory=list)
+    stalls: list[tuple[float, float]] = field(default_factory=list)  # (start_ms, duration_ms)
+    status: str = "completed"  # completed | interrupted | failed | recovered | no_reply
+    errors: list[str] = field(default_factory=list)
+    transcript: str = ""
+    heard_text: str = ""
+
+    def segments(self) -> dict[str, float] | None:
+        """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
+        s = self.stamps
+        if "user_speech_end" not in s or "playback_start" not in s:
+            return None
+        end = s["playback_start"]
+        speak = s.get("first_speakable_text", end)
+        tool_ends = [t["end_ms"] for t in self.tools if t.get("end_ms") is not None
+                     and t["end_ms"] <= speak]
+        llm = s.get("llm_first_token")
+        points = [
+            ("endpointing", s.get("eot_decided")),
+            ("transcription", s.get("transcript_final")),
+            ("tools", max(tool_ends) if tool_ends else None),
+            ("llm_ttft", llm if llm is not None and llm <= speak else None),
+            ("first_text", s.get("first_speakable_text")),
+            ("tts_ttfb", s.get("tts_first_audio")),
+            ("audio_out", s.get("first_audio_out")),
+            ("playout", end),
+        ]
+        prev = s["user_speech_end"]
+        out: dict[str, float] = {}
+        for name, t in points:
+            if t is None:
+                continue
+            t = min(max(t, prev), end)
+            out[name] = round(t - prev, 3)
+            prev = t
+        return out
+
+    def v2v_ms(self) -> float | None:
+        s = self.stamps
+        if "user_speech_end" in s and "playback_start" in s:
+            return round(s["playback_start"] - s["user_speech_end"], 3)
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        segs = self.segments()
+        largest = max(segs, key=segs.__getitem__) if segs else None
+        return {
+            "turn_id": self.turn_id,
+            "status": self.status,
+            "v2v_ms": self.v2v_ms(),
+            "segments": segs or {},
+            "largest_segment": largest,
+            "transcript": self.transcript,
+            "heard_text": self.heard_text,
+            "boundaries": {k: round(v, 3) for k, v in sorted(self.stamps.items(), key=lambda kv: kv[1])},
+            "estimated": sorted(self.estimated),
+            "tools": self.tools,
+            "tts_chunks": self.tts_chunks,
+            "stalls": [{"start_ms": a, "duration_ms": d} for a, d in self.stalls],
+            "errors": self.errors,
+        }
+
+
+class Timeline:
+    """Observer that builds :class:`TurnRecord` objects and (optionally) writes every event to a
+    JSONL file as it happens, flushed per line so a crash keeps everything recorded so far."""
+
+    def __init__(self, jsonl: Path | None = None) -> None:
+        self.turns: dict[int, TurnRecord] = {}
+        self._fh: IO[str] | None = open(jsonl, "w", encoding="utf-8") if jsonl else None
+        self._truth: list[tuple[float, float]] = []
+
+    def turn(self, turn_id: int) -> TurnRecord:
+        rec = self.turns.get(turn_id)
+        if rec is None:
+            rec = self.turns[turn_id] = TurnRecord(turn_id)
+        return rec
+
+    def __call__(self, event: Event) -> None:
+        if self._fh is not None:
+            self._fh.write(json.dumps(event_to_dict(event), default=str) + "\n")
+            self._fh.flush()
+        if isinstance(event, Boundary):
+            self._on_boundary(event)
+        elif isinstance(event, ErrorEvent) and event.turn_id:
+            rec = self.turn(event.turn_id)
+            rec.errors.append(f"{event.stage}: {event.message}")
+            rec.status = "recovered" if event.recovered else "failed"
+        elif isinstance(event, AgentSpeech) and event.turn_id:
+            rec = self.turn(event.turn_id)
+            rec.heard_text = event.heard_text
+            if event.interrupted:
+                rec.status = "interrupted"
+
+    def _on_boundary(self, b: Boundary) -> None:
+        if b.turn_id <= 0:
+            return
+        rec = self.turn(b.turn_id)
+        if b.name in ("tool_start", "tool_end"):
+            if b.name == "tool_start":
+                rec.tools.append({"name": b.data.get("name"), "args": b.data.get("args"),
+                                  "reversible": b.data.get("reversible"), "start_ms": b.t_ms,
+                                  "end_ms": None})
+            else:
+                for t in reversed(rec.tools):
+                    if t["name"] == b.data.get("name") and t["end_ms"] is None:
+                        t["end_ms"] = b.t_ms
+                        break
+        elif b.name in ("tts_request", "tts_first_audio"):
+            idx = int(b.data.get("chunk", 0))
+            while len(rec.tts_chunks) <= idx:
+                rec.tts_chunks.append({})
+            rec.tts_chunks[idx][b.name] = b.t_ms
+        elif b.name == "stall":
+            rec.stalls.append((b.t_ms, float(b.data.get("duration_ms", 0.0))))
+            return
+        elif b.name == "transcript_final":
+            rec.transcript = str(b.data.get("text", ""))
+        if b.estimated and b.name in rec.stamps and b.name not in rec.estimated:
+            return  # an observed moment is never replaced by an estimate
+        if (b.name not in rec.stamps or b.name in _LAST_WINS
+                or (b.name in rec.estimated and not b.estimated)):
+            rec.stamps[b.name] = b.t_ms
+        if b.estimated:
+            rec.estimated.add(b.name)
+        else:
+            rec.estimated.discard(b.name)
+
+    def write_event(self, record: dict[str, Any]) -> None:
+        """Write an extra JSON line (e.g. the per-turn summary) to the JSONL file."""
+        if self._fh is not None:
+            self._fh.write(json.dumps(record, default=str) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def records(self) -> list[TurnRecord]:
+        return [self.turns[k] for k in sorted(self.turns)]

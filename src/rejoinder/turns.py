@@ -1,0 +1,197 @@
+"""Turn-taking: a pure, clock-driven state machine (listening / thinking / speaking).
+
+It holds no I/O and no timers of its own: the session feeds it observations stamped with the call
+clock and performs the :class:`Action` objects it returns, so scripted timelines drive it in tests
+with exact times.
+
+States::
+
+    LISTENING ──onset──▶ USER_SPEAKING ──pause──▶ USER_PAUSED ──eot/timeout──▶ THINKING
+        ▲                      ▲  └──────────onset────────┘                   │   │
+        │                      └──────────────onset (reopen, same turn)───────┘   │ agent audio
+        └────────────── agent done ────── SPEAKING ◀───────────────────────────────┘
+                                             │ onset (≥ barge_in_ms voiced) ──▶ barge-in, new turn
+
+Policy (defaults in :class:`TurnPolicy`):
+
+* A *pause* is ``pause_ms`` of VAD silence after speech. On a pause the session transcribes the
+  turn so far (speculatively) and asks the end-of-turn model.
+* The turn is committed when the end-of-turn model's probability ≥ ``eot_threshold`` while still
+  paused, or unconditionally after ``silence_timeout_ms`` of silence (the fallback recommended for
+  Smart Turn, which calls many mid-sentence pauses complete on read speech — MODELS.md). A pause
+  in the middle of a number being read out is held open: when the committed turn's transcript
+  ends in a digit the session calls :meth:`TurnTaker.hold_for_digits`, which takes the commit
+  back and waits up to ``digit_hold_ms`` of silence.
+* Speech that resumes before the reply is audible reopens the *same* turn (its reply is cancelled):
+  two transcripts close together get one reply, never two.
+* Speech while the agent is audible for ≥ ``barge_in_ms`` is a barge-in: the reply is cut and a new
+  turn opens at the onset.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class State(enum.Enum):
+    LISTENING = "listening"
+    USER_SPEAKING = "user_speaking"
+    USER_PAUSED = "user_paused"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+
+
+class TurnPolicy(BaseModel):
+    """Turn-taking thresholds (ms unless stated)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pause_ms: float = Field(160, ge=0, description="VAD silence that counts as a pause")
+    eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
+    silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
+    digit_hold_ms: float = Field(1400, gt=0, description="silence timeout when the turn ends in a digit")
+    barge_in_ms: float = Field(120, ge=0, description="voiced time over the agent that cuts it off")
+    promote_interim_ms: float = Field(2500, gt=0, description="commit a turn with only interim text")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTurn:
+    turn_id: int
+    onset_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Speculate:
+    """Transcribe the turn's audio up to ``end_ms`` and run the end-of-turn model on it."""
+
+    turn_id: int
+    end_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    turn_id: int
+    reason: str  # "model" | "timeout" | "promoted"
+    probability: float
+    last_voiced_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReply:
+    turn_id: int
+    reason: str  # "reopen" | "barge_in"
+
+
+Action = OpenTurn | Speculate | Commit | CancelReply
+
+
+class TurnTaker:
+    """The turn-taking state machine. Every method takes ``now`` (call clock, ms) and returns
+    the actions to perform, in order."""
+
+    def __init__(self, policy: TurnPolicy | None = None) -> None:
+        self.policy = policy or TurnPolicy()
+        self.state = State.LISTENING
+        self.turn_id = 0
+        self.last_voiced_ms = 0.0
+        self._speech_since: float | None = None  # onset of current speech run (ms)
+        self._eot_prob: float | None = None
+        self._ends_in_digit = False
+
+    # --- observations -------------------------------------------------------------------
+    def speech_onset(self, at_ms: float, now: float) -> list[Action]:
+        """VAD says the caller started speaking; ``at_ms`` is the first voiced sample."""
+        self._speech_since = at_ms
+        if self.state is State.LISTENING:
+            return self._open(at_ms)
+        if self.state is State.USER_PAUSED:
+            self.state = State.USER_SPEAKING
+            return []
+        if self.state is State.THINKING:
+            self.state = State.USER_SPEAKING
+            return [CancelReply(self.turn_id, "reopen")]
+        if self.state is State.SPEAKING and self.policy.barge_in_ms <= 0:
+            return self._barge_in(at_ms)
+        return []
+
+    def speech_continues(self, now: float) -> list[Action]:
+        """Called for each voiced VAD window; confirms a barge-in once long enough."""
+        if (self.state is State.SPEAKING and self._speech_since is not None
+                and now - self._speech_since >= self.policy.barge_in_ms):
+            return self._barge_in(self._speech_since)
+        return []
+
+    def speech_pause(self, last_voiced_ms: float, now: float) -> list[Action]:
+        """VAD silence reached ``pause_ms``; ``last_voiced_ms`` is the last voiced sample."""
+        self._speech_since = None
+        if self.state is not State.USER_SPEAKING:
+            return []
+        self.state = State.USER_PAUSED
+        self.last_voiced_ms = last_voiced_ms
+        self._eot_prob = None
+        self._ends_in_digit = False
+        return [Speculate(self.turn_id, last_voiced_ms)]
+
+    def eot_result(self, turn_id: int, probability: float, now: float) -> list[Action]:
+        """The end-of-turn model answered for the current pause of ``turn_id``."""
+        if turn_id != self.turn_id or self.state is not State.USER_PAUSED:
+            return []
+        self._eot_prob = probability
+        if probability >= self.policy.eot_threshold and not self._ends_in_digit:
+            return self._commit("model", probability)
+        return self.tick(now)
+
+    def hold_for_digits(self, turn_id: int, now: float) -> list[Action]:
+        """The committed turn's transcript ends in a digit (a number being read out): take the
+        commit back and wait up to ``digit_hold_ms`` of silence, unless speech resumes first."""
+        if turn_id != self.turn_id or self.state is not State.THINKING or self._ends_in_digit:
+            return []
+        self.state = State.USER_PAUSED
+        self._ends_in_digit = True
+        return [CancelReply(turn_id, "digit_hold"), *self.tick(now)]
+
+    def tick(self, now: float) -> list[Action]:
+        """Time passes: apply the silence timeout."""
+        if self.state is State.USER_PAUSED:
+            limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
+            if now - self.last_voiced_ms >= limit:
+                return self._commit("timeout", self._eot_prob if self._eot_prob is not None else 0.0)
+        return []
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`tick` may next produce an action (ms), or None."""
+        if self.state is State.USER_PAUSED:
+            limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
+            return self.last_voiced_ms + limit
+        return None
+
+    def agent_audible(self, turn_id: int, now: float) -> list[Action]:
+        """The reply of ``turn_id`` became audible to the caller."""
+        if turn_id == self.turn_id and self.state is State.THINKING:
+            self.state = State.SPEAKING
+            if self._speech_since is not None:  # caller already talking over it
+                return self.speech_continues(now)
+        return []
+
+    def agent_done(self, turn_id: int, now: float) -> list[Action]:
+        """The reply of ``turn_id`` finished (or failed) without being cut."""
+        if turn_id == self.turn_id and self.state in (State.SPEAKING, State.THINKING):
+            self.state = State.LISTENING
+        return []
+
+    # --- transitions --------------------------------------------------------------------
+    def _open(self, at_ms: float) -> list[Action]:
+        self.turn_id += 1
+        self.state = State.USER_SPEAKING
+        return [OpenTurn(self.turn_id, at_ms)]
+
+    def _commit(self, reason: str, probability: float) -> list[Action]:
+        self.state = State.THINKING
+        return [Commit(self.turn_id, reason, probability, self.last_voiced_ms)]
+
+    def _barge_in(self, at_ms: float) -> list[Action]:
+        cut = CancelReply(self.turn_id, "barge_in")
+        return [cut, *self._open(at_ms)]

@@ -1,0 +1,96 @@
+"""Frame-level voice activity tracking: 20 ms transport frames → onset / voiced / pause signals.
+
+The VAD model (a :class:`~rejoinder.ports.VADPort`) scores fixed windows (512 samples = 32 ms at
+16 kHz for Silero). :class:`VadTracker` re-blocks incoming frames into those windows in a
+preallocated buffer (no per-frame allocation), and applies hysteresis:
+
+* onset: ``min_speech_ms`` of consecutive windows with p ≥ ``threshold``; the onset time is the
+  start of the first of them (the first voiced sample, to window resolution);
+* pause: ``pause_ms`` of consecutive windows with p < ``neg_threshold``; the reported time is the
+  end of the last voiced window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ports import VADPort
+
+
+@dataclass(frozen=True, slots=True)
+class VadSignal:
+    kind: str  # "onset" | "voiced" | "pause"
+    at_ms: float
+
+
+class VadTracker:
+    """Hysteresis over a window VAD. ``push`` takes float32 mono frames at the VAD's rate."""
+
+    def __init__(self, vad: VADPort, *, threshold: float = 0.5, neg_threshold: float = 0.35,
+                 min_speech_ms: float = 64.0, pause_ms: float = 160.0) -> None:
+        self.vad = vad
+        self.threshold = threshold
+        self.neg_threshold = neg_threshold
+        self.min_speech_ms = min_speech_ms
+        self.pause_ms = pause_ms
+        self.window = vad.window_samples
+        self.window_ms = 1000.0 * self.window / vad.sample_rate
+        self._buf = np.zeros(self.window * 4, dtype=np.float32)
+        self._fill = 0
+        self._buf_start_ms = 0.0
+        self.speaking = False
+        self._run_start: float | None = None  # start of consecutive voiced windows
+        self._last_voiced_end = 0.0
+        self.last_prob = 0.0
+
+    def reset(self) -> None:
+        self.vad.reset()
+        self._fill = 0
+        self.speaking = False
+        self._run_start = None
+
+    def push(self, frame: np.ndarray, frame_start_ms: float) -> list[VadSignal]:
+        """Add one frame (float32, mono, VAD rate) that starts at ``frame_start_ms``."""
+        n = len(frame)
+        if self._fill == 0:
+            self._buf_start_ms = frame_start_ms
+        if self._fill + n > len(self._buf):
+            raise ValueError(f"frame of {n} samples is larger than the VAD buffer; use ≤ 20 ms frames")
+        self._buf[self._fill:self._fill + n] = frame
+        self._fill += n
+        out: list[VadSignal] = []
+        pos = 0
+        while self._fill - pos >= self.window:
+            start_ms = self._buf_start_ms + 1000.0 * pos / self.vad.sample_rate
+            p = self.vad.speech_prob(self._buf[pos:pos + self.window])
+            self.last_prob = p
+            self._judge(p, start_ms, out)
+            pos += self.window
+        if pos:
+            rest = self._fill - pos
+            self._buf[:rest] = self._buf[pos:self._fill]
+            self._fill = rest
+            self._buf_start_ms += 1000.0 * pos / self.vad.sample_rate
+        return out
+
+    def _judge(self, p: float, start_ms: float, out: list[VadSignal]) -> None:
+        end_ms = start_ms + self.window_ms
+        if p >= self.threshold:
+            self._last_voiced_end = end_ms
+            if self._run_start is None:
+                self._run_start = start_ms
+            if self.speaking:
+                out.append(VadSignal("voiced", end_ms))
+            elif end_ms - self._run_start >= self.min_speech_ms:
+                self.speaking = True
+                out.append(VadSignal("onset", self._run_start))
+                out.append(VadSignal("voiced", end_ms))
+        elif p < self.neg_threshold or not self.speaking:
+            self._run_start = None
+            if self.speaking and end_ms - self._last_voiced_end >= self.pause_ms:
+                self.speaking = False
+                out.append(VadSignal("pause", self._last_voiced_end))
+        elif self.speaking:  # between thresholds while speaking: still voiced
+            self._last_voiced_end = end_ms

@@ -1,0 +1,121 @@
+"""Session behaviour on scripted timelines with a virtual clock (deterministic, instant)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rejoinder.caller import RenderedTurn, voiced_span
+from rejoinder.callrun import run_call
+from rejoinder.clock import VirtualClock
+from rejoinder.scenario import CallerTurn, Segment
+from rejoinder.session import Stack, number_incomplete
+from rejoinder.timeline import SEGMENTS
+
+from fakes import AmplitudeVAD, ScriptedApp, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS, silence, tone
+
+
+def turn(pcm: np.ndarray, **timing) -> RenderedTurn:
+    spec = CallerTurn(audio=[Segment(silence_ms=0)], **timing)
+    return RenderedTurn(pcm, voiced_span(pcm), spec)
+
+
+def make_stack(clock, texts, *, eot_prob=0.9, stt_ms=300.0, tokens=None, lead_silence_ms=0.0):
+    return Stack(vad=AmplitudeVAD(), turn=ScriptedTurn(clock, prob=eot_prob),
+                 stt=ScriptedSTT(clock, texts, delay_ms=stt_ms),
+                 llm=ScriptedLLM(clock, tokens if tokens is not None else [" and", " arrives", " Friday."]),
+                 tts=ToneTTS(clock, lead_silence_ms=lead_silence_ms))
+
+
+async def test_one_turn_stamps_every_boundary_and_segments_sum_to_v2v():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["What is the status of order 4217?"])
+    app = ScriptedApp()
+    res = await run_call([turn(tone(800))], stack, app, clock=clock, tail_ms=1500)
+    assert res.error is None
+    [rec] = res.turns
+    for name in ("user_speech_start", "user_speech_end", "eot_decided", "transcript_final",
+                 "tool_start", "tool_end", "first_speakable_text", "tts_request", "tts_first_audio",
+                 "first_audio_out", "playback_start", "playback_end", "llm_request", "llm_first_token"):
+        assert name in rec.stamps, name
+    # truth from the caller's audio, not the VAD estimate
+    assert "user_speech_end" not in rec.estimated
+    assert rec.stamps["user_speech_end"] == pytest.approx(500 + 800, abs=1)
+    segs = rec.segments()
+    assert set(segs) <= set(SEGMENTS)
+    assert sum(segs.values()) == pytest.approx(rec.v2v_ms(), abs=1)
+    # the STT (300 ms, started at the pause) is the largest wait; the LLM is not on the path
+    assert max(segs, key=segs.get) == "transcription"
+    assert "llm_ttft" not in segs
+    assert 500 <= rec.v2v_ms() <= 700
+    assert app.heard_log == ["Order 4217 has shipped, and arrives Friday."]
+
+
+async def test_leading_tts_silence_counts_as_waiting():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Hi."], lead_silence_ms=300)
+    res = await run_call([turn(tone(600))], stack, ScriptedApp(), clock=clock, tail_ms=1000)
+    rec = res.turns[0]
+    assert rec.stamps["playback_start"] - rec.stamps["first_audio_out"] >= 300
+    assert rec.segments()["playout"] >= 300
+
+
+async def test_silence_timeout_ends_turn_when_model_says_incomplete():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["So I was wondering"], eot_prob=0.1)
+    res = await run_call([turn(tone(600))], stack, ScriptedApp(), clock=clock, tail_ms=1000)
+    rec = res.turns[0]
+    wait = rec.stamps["eot_decided"] - rec.stamps["user_speech_end"]
+    assert 900 - 40 <= wait <= 900 + 40
+
+
+async def test_pause_inside_a_number_does_not_end_the_turn():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["4 2", "4 2 1 7"])
+    app = ScriptedApp()
+    pcm = np.concatenate([tone(500), silence(600), tone(500)])
+    res = await run_call([turn(pcm)], stack, app, clock=clock, tail_ms=1500)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert app.planned == ["4 2 1 7"]
+    assert res.turns[0].transcript == "4 2 1 7"
+
+
+async def test_speech_resuming_before_audio_reopens_the_same_turn_and_drops_stale_reply():
+    clock = VirtualClock()
+    # STT is slow (700 ms), so the caller resumes while the first reply is still being prepared
+    stack = make_stack(clock, ["I want to", "I want to check order 4217"], stt_ms=250)
+    app = ScriptedApp()
+    pcm = np.concatenate([tone(500), silence(330), tone(500)])
+    res = await run_call([turn(pcm)], stack, app, clock=clock, tail_ms=1500)
+    assert [r.turn_id for r in res.turns] == [1]
+    rec = res.turns[0]
+    assert app.planned[-1] == "I want to check order 4217"
+    assert rec.stamps["playback_start"] > rec.stamps["user_speech_end"]
+    assert app.heard_log == ["Order 4217 has shipped, and arrives Friday."]
+
+
+async def test_barge_in_cuts_audio_fast_and_keeps_only_heard_words():
+    clock = VirtualClock()
+    many = [f" word{i}" for i in range(30)] + ["."]
+    stack = make_stack(clock, ["Check order 4217.", "Stop."], tokens=many)
+    app = ScriptedApp()
+    res = await run_call([turn(tone(600)), turn(tone(700), barge_in_ms=1000)], stack, app,
+                         clock=clock, tail_ms=1500)
+    first, second = res.turns[0], res.turns[1]
+    assert first.status == "interrupted"
+    cut = first.stamps["interrupted_at"]
+    onset_truth = second.stamps["user_speech_start"]
+    assert 0 <= cut - onset_truth <= 150  # over-talk: caller starts → agent audio stops
+    heard = app.heard_log[0].split()
+    full = ("Order 4217 has shipped," + "".join(many)).split()
+    assert 0 < len(heard) < len(full)
+    assert heard == full[:len(heard)]
+    # the second turn got its own reply
+    assert second.v2v_ms() is not None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("4 2", True), ("four two one", True), ("4217", False), ("four two one seven", False),
+    ("my order is", False), ("Thank you.", False), ("order 42", True), ("", False)])
+def test_number_incomplete(text, expected):
+    assert number_incomplete(text) is expected
