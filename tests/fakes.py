@@ -73,7 +73,10 @@ class ScriptedLLM:
     async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
         self.requests.append(request)
         await self.clock.sleep_until(self.clock.now_ms() + self.ttft_ms)
-        for tok in self.tokens:
+        # like a real LLM given an assistant prefix, continue after what is already there
+        done = max((k for k in range(len(self.tokens) + 1)
+                    if k and request.prefix.endswith("".join(self.tokens[:k]))), default=0)
+        for tok in self.tokens[done:]:
             yield tok
             await self.clock.sleep_until(self.clock.now_ms() + self.per_token_ms)
 

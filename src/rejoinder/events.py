@@ -147,8 +147,23 @@ class ErrorEvent:
     turn_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """The runtime recovered from a failure: ``stage`` (llm|tts|stt), ``action`` (retry|backup|
+    recovery_line|give_up), ``reason`` (the error or watchdog), ``resume_from`` (the text it resumed
+    with, starting at the last word heard)."""
+
+    stage: str
+    action: str
+    reason: str
+    resume_from: str
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
 Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
-              SpeakableText, AgentSpeech, ErrorEvent]
+              SpeakableText, AgentSpeech, ErrorEvent, Recovery]
 EVENT_TYPES: tuple[type, ...] = get_args(Event)
 
 Observer = Callable[[Event], None]

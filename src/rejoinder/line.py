@@ -44,13 +44,18 @@ class Playout:
     ``stamp(name, turn_id, t_ms, **data)`` is called for caller-side boundaries.
     """
 
-    def __init__(self, rate: int, stamp: Callable[..., None], *, voiced_level: int = 328) -> None:
+    def __init__(self, rate: int, stamp: Callable[..., None], *, voiced_level: int = 328,
+                 caller_side: bool = True) -> None:
+        """``caller_side`` False (live transports): this playout runs at the server, so its
+        caller-side stamps are estimates (flagged); the client reports the real moments."""
         self.rate = rate
+        self.caller_side = caller_side
         self.frame = int(rate * FRAME_MS / 1000)
         self.voiced_level = voiced_level  # int16 peak ≈ -40 dBFS
         self._stamp = stamp
         self.reply: ReplyAudio | None = None
         self.held = False
+        self.held_at = 0.0
         self._silence = np.zeros(self.frame, dtype=np.int16)
         self._out = np.zeros(self.frame, dtype=np.int16)
         self.on_reply_done: Callable[[ReplyAudio, bool], None] | None = None
@@ -76,13 +81,38 @@ class Playout:
             self._stamp("first_audio_out", turn_id, now)
         return True
 
+    def truncate(self, turn_id: int, keep: int) -> int:
+        """Drop queued audio of ``turn_id`` beyond sample ``keep`` (reply-relative) that has not
+        been played yet; returns how many samples were dropped. Used to cut a failed TTS chunk
+        back to its last whole word before resuming, so nothing is heard twice."""
+        r = self.reply
+        if r is None or r.turn_id != turn_id:
+            return 0
+        keep = max(keep, r.played)
+        drop = r.queued - keep
+        dropped = 0
+        while drop > 0 and r.chunks:
+            tail = r.chunks[-1]
+            if len(tail) <= drop:
+                r.chunks.pop()
+                drop -= len(tail)
+                dropped += len(tail)
+            else:
+                r.chunks[-1] = tail[:len(tail) - drop]
+                dropped += drop
+                drop = 0
+        r.queued -= dropped
+        return dropped
+
     def end_reply(self, turn_id: int) -> None:
         if self.reply is not None and self.reply.turn_id == turn_id:
             self.reply.ended = True
 
-    def hold(self) -> None:
+    def hold(self, now: float) -> None:
         """Stop playing at once but keep the queue (possible backchannel)."""
-        self.held = True
+        if not self.held:
+            self.held = True
+            self.held_at = now
 
     def resume(self) -> None:
         self.held = False
@@ -95,9 +125,11 @@ class Playout:
         r.chunks.clear()
         r.ended = True
         self.reply = None
+        cut_at = self.held_at if self.held else now  # audio stopped when it was held
         self.held = False
         if r.played:
-            self._stamp("interrupted_at", r.turn_id, now, played_ms=1000.0 * r.played / self.rate)
+            self._stamp("interrupted_at", r.turn_id, cut_at, played_ms=1000.0 * r.played / self.rate,
+                        estimated=not self.caller_side)
         if self.on_reply_done:
             self.on_reply_done(r, True)
         return r
@@ -112,14 +144,15 @@ class Playout:
             if r.ended:
                 self.reply = None
                 if r.played:
-                    self._stamp("playback_end", r.turn_id, now)
+                    self._stamp("playback_end", r.turn_id, now, estimated=not self.caller_side)
                 if self.on_reply_done:
                     self.on_reply_done(r, False)
             elif r.played and r.stall_since is None:
                 r.stall_since = now
             return self._silence
         if r.stall_since is not None:
-            self._stamp("stall", r.turn_id, r.stall_since, duration_ms=now - r.stall_since)
+            self._stamp("stall", r.turn_id, r.stall_since, duration_ms=now - r.stall_since,
+                        estimated=not self.caller_side)
             r.stall_since = None
         out = self._out
         filled = 0
@@ -138,6 +171,7 @@ class Playout:
             loud = np.flatnonzero(np.abs(out[:filled].astype(np.int32)) >= self.voiced_level)
             if len(loud):
                 r.started_voiced = True
-                self._stamp("playback_start", r.turn_id, now + 1000.0 * loud[0] / self.rate)
+                self._stamp("playback_start", r.turn_id, now + 1000.0 * loud[0] / self.rate,
+                            estimated=not self.caller_side)
         r.played += filled
         return out

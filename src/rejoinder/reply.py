@@ -1,153 +1,285 @@
-"""One agent reply: plan → tools → first clause → LLM continuation → TTS → playout.
+"""One agent reply: first clause → LLM continuation → TTS → playout, with mid-stream recovery.
 
 A reply runs in its own task group; cancelling its task is barge-in. Text flows through a small
 queue to the TTS consumer so the first clause is synthesized and played while the LLM is still
 generating the rest. Every piece of audio is sent with the reply's ``turn_id``; the playout drops
-audio of a stale turn, so output of a cancelled reply can never reach the caller.
+audio of a stale turn, so output of a cancelled reply never reaches the caller.
 
-After the reply ends (or is cut) :meth:`Reply.heard` computes exactly which words the caller heard,
-from the TTS word timings when the engine gives them, otherwise by the heard fraction of the audio
-(flagged ``estimated``); only those words go into the LLM context.
+Recovery (each one is a :class:`~rejoinder.events.Recovery` event on the timeline):
+
+* TTS fails or stalls mid-chunk → the audio already queued is trimmed back to the end of the last
+  whole word, and the rest of the chunk resumes from the next word on a retry, then on the backup
+  TTS. Word ends come from the TTS word timings, else from the speaking rate (flagged estimated).
+  Watchdog: no first audio within ``tts_first_audio_ms``.
+* LLM fails or stalls after partial output → one retry that continues the same text (``prefix`` =
+  everything generated so far); if that fails and nothing was said, a short recovery line.
+  Watchdogs: ``llm_first_token_ms`` before the first token, ``llm_stall_ms`` between tokens.
+
+:meth:`Reply.heard` computes exactly which words the caller heard; only those go into the context.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol
+from typing import AsyncIterator
 
 import numpy as np
 import soxr
+from pydantic import BaseModel, ConfigDict
 
-from .events import AgentSpeech, ErrorEvent, LlmToken, SpeakableText, ToolCallEvent
+from .clock import Clock
+from .events import ErrorEvent, LlmToken, Recovery, SpeakableText
 from .line import Playout
-from .ports import LLMPort, LLMRequest, TTSPort
+from .ports import LLMPort, LLMRequest, PortError, TTSPort
 from .stages import Stamper, timed_llm, timed_tts
 from .text import SpeakableChunker, normalize_for_speech
 
+RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
 
-class Application(Protocol):
-    """What the runtime needs from an application (see :mod:`rejoinder.app.assistant`)."""
 
-    def respond(self, text: str) -> Any: ...
+class RecoveryPolicy(BaseModel):
+    """Watchdog limits (ms) and retries for a reply."""
+
+    model_config = ConfigDict(extra="forbid")
+    tts_first_audio_ms: float = 600.0
+    tts_stall_ms: float = 500.0
+    llm_first_token_ms: float = 2500.0
+    llm_stall_ms: float = 700.0
+    tts_retries: int = 1
+    llm_retries: int = 1
+
+
+class WatchdogTimeout(PortError):
+    """A stage produced nothing within its watchdog limit."""
 
 
 @dataclass
 class _Spoken:
-    text: str           # as written
-    start: int          # first sample on the line
+    """One TTS request's audio on the line (the words are what was sent to TTS)."""
+
+    words: list[str]
+    start: int                      # first sample on the line (reply-relative)
+    text: str | None = None         # the chunk as written, while this record covers all of it
     samples: int = 0
-    words: list[tuple[str, float, float]] = field(default_factory=list)  # spoken words, ms in chunk
-    spoken: str = ""
+    timings: list[tuple[str, float, float]] = field(default_factory=list)  # ms within this piece
 
 
-@dataclass
-class ReplyParts:
-    """What the application decided for a turn: tool calls already executed by the runtime are
-    reported through ``tools``; ``first_clause`` is spoken at once; ``llm_request`` continues."""
-
-    first_clause: str
-    llm_request: LLMRequest | None
+async def _watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: float, what: str):
+    """Re-yield ``stream``; raise WatchdogTimeout when an item takes longer than the limit on the
+    call clock (so scripted timelines with a virtual clock exercise the watchdogs too)."""
+    first = True
+    try:
+        while True:
+            limit = first_ms if first else gap_ms
+            nxt = asyncio.ensure_future(anext(stream))
+            timer = asyncio.ensure_future(clock.sleep_until(clock.now_ms() + limit))
+            try:
+                await asyncio.wait((nxt, timer), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+            if not nxt.done():
+                nxt.cancel()
+                await asyncio.gather(nxt, return_exceptions=True)
+                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms")
+            try:
+                item = nxt.result()
+            except StopAsyncIteration:
+                return
+            first = False
+            yield item
+    finally:
+        await stream.aclose()
 
 
 class Reply:
     """Runs one reply for ``turn_id`` on ``playout`` at the line rate (int16 mono)."""
 
     def __init__(self, st: Stamper, turn_id: int, playout: Playout, tts: TTSPort,
-                 llm: LLMPort | None) -> None:
+                 llm: LLMPort | None, *, backup_tts: TTSPort | None = None,
+                 recovery: RecoveryPolicy | None = None) -> None:
         self.st = st
         self.turn_id = turn_id
         self.playout = playout
         self.tts = tts
+        self.backup_tts = backup_tts
         self.llm = llm
+        self.policy = recovery or RecoveryPolicy()
         self.spoken: list[_Spoken] = []
-        self.done = asyncio.Event()
         self.full_text = ""
-        self._resampler = (None if tts.sample_rate == playout.rate else
-                           soxr.ResampleStream(tts.sample_rate, playout.rate, 1, dtype="int16"))
+        self.estimated = False
+        self._index = 0
+        self._samples_per_char: float | None = None
 
-    async def speak(self, first_clause: str, request: LLMRequest | None) -> None:
-        """Speak ``first_clause`` then the LLM's continuation; returns when the audio is queued."""
+    # --- text -------------------------------------------------------------------------------
+    async def speak(self, first_clause: str, request: LLMRequest | None, tail: str = "") -> None:
+        """Speak ``first_clause`` then the LLM's continuation of ``request`` — or ``tail`` when
+        there is no request or the LLM gave nothing. Returns when all audio is queued."""
         queue: asyncio.Queue[str | None] = asyncio.Queue()
         self.playout.begin(self.turn_id)
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._produce(first_clause, request, queue))
+            tg.create_task(self._produce(first_clause, request, queue, tail))
             tg.create_task(self._synthesize(queue))
         self.playout.end_reply(self.turn_id)
 
+    def _recovered(self, stage: str, action: str, reason: str, resume_from: str) -> None:
+        self.st.emit(Recovery(stage, action, reason, resume_from, self.st.now(), self.st.call_id,
+                              self.turn_id))
+
     async def _produce(self, first_clause: str, request: LLMRequest | None,
-                       queue: asyncio.Queue[str | None]) -> None:
+                       queue: asyncio.Queue[str | None], tail: str = "") -> None:
         try:
             if first_clause:
                 queue.put_nowait(first_clause)
-            if request is not None and self.llm is not None:
-                chunker = SpeakableChunker()
+            if request is None or self.llm is None:
+                if tail:
+                    queue.put_nowait((" " if first_clause else "") + tail)
+                return
+            chunker = SpeakableChunker()
+            generated = ""
+            for attempt in range(self.policy.llm_retries + 1):
+                req = request if attempt == 0 else LLMRequest(
+                    request.messages, max(8, request.max_tokens - len(generated) // 4),
+                    request.temperature, request.json_schema, request.prefix + generated, request.stop)
                 try:
-                    async for delta in timed_llm(self.st, self.turn_id, self.llm, request):
+                    stream = timed_llm(self.st, self.turn_id, self.llm, req)
+                    async for delta in _watch(stream, self.st.clock, self.policy.llm_first_token_ms,
+                                              self.policy.llm_stall_ms, "llm"):
+                        generated += delta
                         self.st.emit(LlmToken(delta, self.st.now(), self.st.call_id, self.turn_id))
                         for chunk in chunker.push(delta):
                             queue.put_nowait(chunk)
-                except Exception as exc:  # LLM failed mid-reply: keep what was said, close politely
-                    self.st.emit(ErrorEvent("llm", repr(exc), True, self.st.now(), self.st.call_id,
-                                            self.turn_id))
-                for chunk in chunker.flush():
-                    queue.put_nowait(chunk)
+                    break
+                except Exception as exc:
+                    for chunk in chunker.flush():  # say what we have while we recover
+                        queue.put_nowait(chunk)
+                    if attempt < self.policy.llm_retries:
+                        self._recovered("llm", "retry", repr(exc), generated[-40:])
+                        continue
+                    if not first_clause and not generated.strip():
+                        self._recovered("llm", "recovery_line", repr(exc), "")
+                        queue.put_nowait(RECOVERY_LINE)
+                    else:
+                        self._recovered("llm", "give_up", repr(exc), "")
+            for chunk in chunker.flush():
+                queue.put_nowait(chunk)
+            if not generated.strip() and tail:
+                queue.put_nowait((" " if first_clause else "") + tail)
         finally:
             queue.put_nowait(None)
 
+    # --- audio ------------------------------------------------------------------------------
     async def _synthesize(self, queue: asyncio.Queue[str | None]) -> None:
-        index = 0
         while (text := await queue.get()) is not None:
+            self.full_text += text
             spoken = normalize_for_speech(text)
             if not spoken.strip():
-                self.full_text += text
                 continue
-            self.st.emit(SpeakableText(text, spoken, index, self.st.now(), self.st.call_id, self.turn_id))
-            if index == 0:
+            self.st.emit(SpeakableText(text, spoken, self._index, self.st.now(), self.st.call_id,
+                                       self.turn_id))
+            if self._index == 0:
                 self.st.stamp("first_speakable_text", self.turn_id)
-            rec = _Spoken(text, self.playout.reply.queued if self.playout.reply else 0, spoken=spoken)
+            if not await self._speak_chunk(spoken.split(), text.strip()):
+                return  # stale: the reply was cut
+
+    async def _speak_chunk(self, words: list[str], written: str) -> bool:
+        engines = [self.tts] * (1 + self.policy.tts_retries)
+        if self.backup_tts is not None:
+            engines.append(self.backup_tts)
+        for attempt, tts in enumerate(engines):
+            rec = _Spoken(words, self.playout.reply.queued if self.playout.reply else 0,
+                          text=written if attempt == 0 else None)
             self.spoken.append(rec)
-            self.full_text += text
-            offset_ms = 0.0
-            async for piece in timed_tts(self.st, self.turn_id, index, self.tts, spoken):
-                for w, a, b in piece.words:
-                    rec.words.append((w, a + offset_ms, b + offset_ms))
-                offset_ms += 1000.0 * len(piece.pcm) / self.tts.sample_rate
-                pcm = piece.pcm if self._resampler is None else self._resampler.resample_chunk(piece.pcm)
-                rec.samples += len(pcm)
-                if not self.playout.send(self.turn_id, pcm, self.st.now()):
-                    return  # stale: the reply was cut
-            index += 1
-        if self._resampler is not None:
-            tail = self._resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
-            if len(tail) and self.spoken:
-                self.spoken[-1].samples += len(tail)
-                self.playout.send(self.turn_id, tail, self.st.now())
+            try:
+                return await self._tts_once(tts, rec)
+            except Exception as exc:
+                kept = self._trim_to_whole_words(rec, tts.sample_rate)
+                words = words[kept:]
+                if not words:
+                    return True
+                action = "retry" if attempt + 1 < len(engines) - (self.backup_tts is not None) else "backup"
+                if attempt + 1 >= len(engines):
+                    self._recovered("tts", "give_up", repr(exc), " ".join(words))
+                    self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id,
+                                            self.turn_id))
+                    return True
+                self._recovered("tts", action, repr(exc), " ".join(words))
+        return True
+
+    async def _tts_once(self, tts: TTSPort, rec: _Spoken) -> bool:
+        index = self._index
+        self._index += 1
+        resampler = (None if tts.sample_rate == self.playout.rate else
+                     soxr.ResampleStream(tts.sample_rate, self.playout.rate, 1, dtype="int16"))
+        offset_ms = 0.0
+        stream = timed_tts(self.st, self.turn_id, index, tts, " ".join(rec.words))
+        async for piece in _watch(stream, self.st.clock, self.policy.tts_first_audio_ms,
+                                 self.policy.tts_stall_ms, "tts"):
+            for w, a, b in piece.words:
+                rec.timings.append((w, a + offset_ms, b + offset_ms))
+            offset_ms += 1000.0 * len(piece.pcm) / tts.sample_rate
+            pcm = piece.pcm if resampler is None else resampler.resample_chunk(piece.pcm)
+            if not self._send(rec, pcm):
+                return False
+        if resampler is not None:
+            tail = resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
+            if not self._send(rec, tail):
+                return False
+        if rec.samples:
+            chars = sum(len(w) + 1 for w in rec.words)
+            self._samples_per_char = rec.samples / max(1, chars)
+        return True
+
+    def _send(self, rec: _Spoken, pcm: np.ndarray) -> bool:
+        if len(pcm) == 0:
+            return True
+        if not self.playout.send(self.turn_id, pcm, self.st.now()):
+            return False
+        rec.samples += len(pcm)
+        return True
+
+    def _word_ends(self, rec: _Spoken) -> list[int]:
+        """Sample offset (line rate, within ``rec``) where each word ends."""
+        rate = self.playout.rate
+        if rec.timings and len(rec.timings) == len(rec.words):
+            return [int(end * rate / 1000) for _, _, end in rec.timings]
+        self.estimated = True
+        spc = self._samples_per_char or rate / 14.0  # ≈14 characters per second of speech
+        ends, pos = [], 0
+        for w in rec.words:
+            pos += len(w) + 1
+            ends.append(int(pos * spc))
+        return ends
+
+    def _trim_to_whole_words(self, rec: _Spoken, tts_rate: int) -> int:
+        """After a failure: keep only whole words of ``rec`` on the line; return how many."""
+        ends = self._word_ends(rec)
+        kept = sum(1 for e in ends if e <= rec.samples)
+        keep_samples = ends[kept - 1] if kept else 0
+        keep_samples = min(keep_samples, rec.samples)
+        if self.playout.reply is not None and self.playout.reply.turn_id == self.turn_id:
+            self.playout.truncate(self.turn_id, rec.start + keep_samples)
+        rec.samples = max(0, min(rec.samples, keep_samples))
+        rec.text = None
+        rec.words = rec.words[:kept]
+        rec.timings = rec.timings[:kept]
+        return kept
 
     def heard(self, played: int) -> tuple[str, bool]:
-        """(text the caller heard, estimated?) given ``played`` samples of this reply."""
+        """(words the caller heard, estimated?) given ``played`` samples of this reply."""
         heard: list[str] = []
-        estimated = False
+        estimated = self.estimated
         for rec in self.spoken:
+            if not rec.words or rec.samples == 0:
+                continue
             if played >= rec.start + rec.samples:
-                heard.append(rec.text)
+                heard.extend(rec.text.split() if rec.text else rec.words)
                 continue
             into = played - rec.start
             if into <= 0:
                 break
-            written = rec.text.split()
-            spoken_words = rec.spoken.split()
-            if rec.words:
-                ms = 1000.0 * into / self.playout.rate
-                n_spoken = sum(1 for _, _, end in rec.words if end <= ms)
-                frac = n_spoken / max(1, len(rec.words))
-                exact = len(written) == len(spoken_words) == len(rec.words)
-            else:
-                frac = into / max(1, rec.samples)
-                exact = False
-            n = int(len(written) * frac + 1e-9)
-            estimated = estimated or not exact
-            if n:
-                heard.append(" ".join(written[:n]))
+            ends = self._word_ends(rec)
+            estimated = estimated or not (rec.timings and len(rec.timings) == len(rec.words))
+            heard.extend(w for w, e in zip(rec.words, ends) if e <= into)
             break
-        return " ".join(h.strip() for h in heard).strip(), estimated
+        return " ".join(heard), estimated

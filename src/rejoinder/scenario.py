@@ -5,7 +5,19 @@ Asterisk prompt (``asterisk: digits/4``, real human speech installed from Debian
 ``asterisk-core-sounds-en-wav``; voice by Allison Smith, CC-BY-SA-3.0), silence, or text spoken by
 the caller voice (espeak-ng, distinct from the agent's voice). Timing is relative to the agent:
 ``after_agent_ms`` waits for the agent to stop talking (as heard by the caller) then that long;
-``barge_in_ms`` starts the turn that long into the agent's reply; ``at_ms`` is absolute.
+``barge_in_ms`` starts the turn that long into the agent's reply; ``at_ms`` is absolute. A turn
+made only of silence is dead air: the caller stays quiet that long (a silent caller).
+
+Expectations (checked by :mod:`rejoinder.harness.expect`):
+
+* per caller turn (``expect``): ``tools`` called with (a subset of) the given arguments while
+  answering that turn, words the caller must *hear* in the reply (``reply_contains``), a
+  voice-to-voice budget (``v2v_budget_ms``), and whether the turn must cut the agent off
+  (``interrupts: true``, a barge-in) or must not (``interrupts: false``, a backchannel);
+* per call: ``final_db`` — the rows the database must hold at the end
+  (``{table: {row id: {column: value}}}``, a subset of the application's ``db_state``),
+  ``only_expected_tools`` (no tool beyond those expected may run) and ``agent_silent`` (the agent
+  must not speak at all, e.g. for a silent caller).
 
 Errors name the file, the line and the field (:class:`ScenarioError`).
 """
@@ -44,11 +56,21 @@ class Segment(BaseModel):
         return self
 
 
+class ToolExpect(BaseModel):
+    """A tool that must be called; ``args`` must be a subset of the call's arguments (compared as
+    text, so ``103`` matches ``"103"``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class Expect(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="[{name, args}] that must be called")
-    reply_contains: list[str] = Field(default_factory=list)
-    v2v_budget_ms: float | None = None
+    tools: list[ToolExpect] = Field(default_factory=list, description="tools that must be called")
+    reply_contains: list[str] = Field(default_factory=list, description="words the caller must hear")
+    v2v_budget_ms: float | None = Field(None, gt=0)
+    interrupts: bool | None = Field(None, description="true: must cut the agent off; false: must not")
 
 
 class CallerTurn(BaseModel):
@@ -60,6 +82,18 @@ class CallerTurn(BaseModel):
     kind: Literal["request", "backchannel", "noise"] = "request"
     expect: Expect = Field(default_factory=Expect)
 
+    @model_validator(mode="after")
+    def _one_cue(self) -> "CallerTurn":
+        given = [k for k in ("after_agent_ms", "barge_in_ms", "at_ms") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"a turn has at most one of after_agent_ms/barge_in_ms/at_ms, got {given}")
+        return self
+
+    @property
+    def silent(self) -> bool:
+        """Only silence: the caller holds dead air this long."""
+        return all(seg.silence_ms is not None for seg in self.audio)
+
 
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -68,8 +102,22 @@ class Scenario(BaseModel):
     caller_phone: str | None = None
     turns: list[CallerTurn] = Field(min_length=1)
     tail_ms: float = Field(2500, ge=0, description="listen this long after the last reply")
-    final_db: dict[str, Any] = Field(default_factory=dict)
+    final_db: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict, description="{table: {row id: {column: value}}} at the end of the call")
+    only_expected_tools: bool = False
+    agent_silent: bool = False
+    tags: list[str] = Field(default_factory=list)
     path: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ids_as_text(cls, data: Any) -> Any:
+        """YAML reads ``103:`` as an int; row ids are compared as text."""
+        if isinstance(data, dict) and isinstance(data.get("final_db"), dict):
+            data = dict(data)
+            data["final_db"] = {t: ({str(k): v for k, v in rows.items()} if isinstance(rows, dict) else rows)
+                                for t, rows in data["final_db"].items()}
+        return data
 
 
 def _line_of(text: str, loc: tuple) -> int | None:
@@ -114,11 +162,14 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        line = _line_of(text, loc) or _line_of(text, loc[:-1]) or 1
-        field = ".".join(str(x) for x in loc) or "(top level)"
-        raise ScenarioError(f"{path}:{line}: field '{field}': {err['msg']}") from exc
+        lines = []
+        for err in exc.errors()[:5]:
+            loc = tuple(err["loc"])
+            line = _line_of(text, loc) or _line_of(text, loc[:-1]) or 1
+            field = ".".join(str(x) for x in loc) or "(top level)"
+            lines.append(f"{path}:{line}: field '{field}': {err['msg']}")
+        more = exc.error_count() - len(lines)
+        raise ScenarioError("\n".join(lines) + (f"\n(and {more} more)" if more > 0 else "")) from exc
     for i, turn in enumerate(sc.turns):
         for j, seg in enumerate(turn.audio):
             if seg.asterisk and not (ASTERISK_DIR / f"{seg.asterisk}.wav").exists():

@@ -20,9 +20,10 @@ from .audio_io import resample
 from .events import AgentSpeech, ErrorEvent, ToolCallEvent, TranscriptEvent, TurnDecision
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
-from .reply import Reply
+from .reply import RecoveryPolicy, Reply
 from .stages import Stamper
-from .turns import CancelReply, Commit, OpenTurn, Speculate, TurnPolicy, TurnTaker
+from .turns import (CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
+                    TurnPolicy, TurnTaker, is_backchannel)
 from .vad import VadTracker
 
 LINE_RATE = 16000
@@ -55,20 +56,23 @@ class Stack:
     stt: STTPort
     llm: LLMPort | None
     tts: TTSPort
+    backup_tts: TTSPort | None = None
 
 
 class Session:
     """One call. Create it, start :meth:`run` as a task, feed frames with :meth:`on_frame`."""
 
     def __init__(self, st: Stamper, stack: Stack, app: Any, *, policy: TurnPolicy | None = None,
-                 max_seconds: float = 900.0) -> None:
+                 max_seconds: float = 900.0, caller_side_playout: bool = True,
+                 recovery: RecoveryPolicy | None = None) -> None:
         self.st = st
         self.stack = stack
         self.app = app
         self.policy = policy or TurnPolicy()
+        self.recovery = recovery or RecoveryPolicy()
         self.taker = TurnTaker(self.policy)
         self.tracker = VadTracker(stack.vad, pause_ms=self.policy.pause_ms)
-        self.playout = Playout(LINE_RATE, self._caller_stamp)
+        self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._audio = np.zeros(int(LINE_RATE * max_seconds), dtype=np.float32)
         self._n = 0
@@ -95,8 +99,6 @@ class Session:
         now = self.st.now()
         for sig in self.tracker.push(frame, t_ms):
             if sig.kind == "onset":
-                if self.playout.reply is not None and self.playout.reply.started_voiced:
-                    self.playout.hold()  # stop talking over the caller at once
                 self._perform(self.taker.speech_onset(sig.at_ms, now))
             elif sig.kind == "voiced":
                 self._perform(self.taker.speech_continues(now))
@@ -144,6 +146,14 @@ class Session:
                 self._replies[a.turn_id] = (None, self._spawn(self._reply(a.turn_id), a.turn_id, "reply"))
             elif isinstance(a, CancelReply):
                 self._cancel_reply(a.turn_id, a.reason)
+            elif isinstance(a, Hold):
+                self.playout.hold(self.st.now())  # stop talking over the caller at once
+            elif isinstance(a, Resume):
+                self.playout.resume()
+                self.st.emit(TurnDecision(False, 0.0, "backchannel", self.st.now(), self.st.call_id,
+                                          a.turn_id))
+            elif isinstance(a, CheckBackchannel):
+                self._spawn(self._check_backchannel(a), a.turn_id, "stt")
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         entry = self._replies.pop(turn_id, None)
@@ -173,6 +183,22 @@ class Session:
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
         return text.strip()
+
+    async def _check_backchannel(self, a: CheckBackchannel) -> None:
+        audio = self._segment(a.start_ms - 100.0, a.end_ms + TAIL_MS)
+        if self.stack.stt.sample_rate != LINE_RATE:
+            audio = resample(audio, LINE_RATE, self.stack.stt.sample_rate)
+
+        async def one():
+            yield audio
+
+        text = ""
+        async for tr in self.stack.stt.stream(one()):
+            text = tr.text
+        bc = is_backchannel(text, self.policy)
+        self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, a.turn_id,
+                                     speculative=True))
+        self._perform(self.taker.backchannel_result(a.turn_id, bc, self.st.now()))
 
     async def _endpoint(self, turn_id: int, end_ms: float) -> None:
         audio = self._segment(max(end_ms - 8000.0, self._onset.get(turn_id, 0.0) - PREROLL_MS),
@@ -204,11 +230,12 @@ class Session:
         if not text:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
-        first_clause, request = self._decide(turn_id, text)
-        reply = Reply(self.st, turn_id, self.playout, self.stack.tts, self.stack.llm)
+        first_clause, request, tail = self._decide(turn_id, text)
+        reply = Reply(self.st, turn_id, self.playout, self.stack.tts, self.stack.llm,
+                      backup_tts=self.stack.backup_tts, recovery=self.recovery)
         self._speaking[turn_id] = reply
         try:
-            await reply.speak(first_clause, request)
+            await reply.speak(first_clause, request, tail)
         except* Exception as eg:
             for exc in eg.exceptions:
                 self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id, turn_id))
@@ -228,10 +255,11 @@ class Session:
                                        self.st.call_id, turn_id, result=result))
             results.append(result)
         reply = self.app.compose(plan, results)
-        return reply.first_clause, reply.llm_request
+        return reply.first_clause, reply.llm_request, getattr(reply, "tail", "")
 
-    def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, **data: Any) -> None:
-        self.st.stamp(boundary, turn_id, t_ms, **data)
+    def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, *, estimated: bool = False,
+                      **data: Any) -> None:
+        self.st.stamp(boundary, turn_id, t_ms, estimated=estimated, **data)
         if boundary == "playback_start":
             self._perform(self.taker.agent_audible(turn_id, self.st.now()))
 

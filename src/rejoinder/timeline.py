@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import Boundary, Event, ErrorEvent, AgentSpeech, event_to_dict
+from .events import AgentSpeech, Boundary, ErrorEvent, Event, Recovery, event_to_dict
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
@@ -49,6 +49,7 @@ class TurnRecord:
     errors: list[str] = field(default_factory=list)
     transcript: str = ""
     heard_text: str = ""
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -103,6 +104,7 @@ class TurnRecord:
             "tts_chunks": self.tts_chunks,
             "stalls": [{"start_ms": a, "duration_ms": d} for a, d in self.stalls],
             "errors": self.errors,
+            "recoveries": self.recoveries,
         }
 
 
@@ -131,6 +133,12 @@ class Timeline:
             rec = self.turn(event.turn_id)
             rec.errors.append(f"{event.stage}: {event.message}")
             rec.status = "recovered" if event.recovered else "failed"
+        elif isinstance(event, Recovery) and event.turn_id:
+            rec = self.turn(event.turn_id)
+            rec.recoveries.append({"stage": event.stage, "action": event.action,
+                                   "reason": event.reason, "t_ms": event.t_ms})
+            if rec.status == "completed":
+                rec.status = "recovered"
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
             rec.heard_text = event.heard_text

@@ -24,8 +24,11 @@ Policy (defaults in :class:`TurnPolicy`):
   back and waits up to ``digit_hold_ms`` of silence.
 * Speech that resumes before the reply is audible reopens the *same* turn (its reply is cancelled):
   two transcripts close together get one reply, never two.
-* Speech while the agent is audible for ≥ ``barge_in_ms`` is a barge-in: the reply is cut and a new
-  turn opens at the onset.
+* Caller speech while the agent is audible *holds* the agent's audio at once (it stops at the
+  caller within a VAD window). ``barge_in_ms`` of voiced speech confirms a barge-in: the reply is
+  cut and a new turn opens at the onset. Shorter speech is transcribed when it ends: a backchannel
+  ("uh-huh", "yeah", "right" — ``backchannels``) or noise with no words resumes the reply exactly
+  where it stopped and triggers no LLM call; anything else ("no", "stop") is a barge-in.
 """
 
 from __future__ import annotations
@@ -53,7 +56,12 @@ class TurnPolicy(BaseModel):
     eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
     silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
     digit_hold_ms: float = Field(1400, gt=0, description="silence timeout when the turn ends in a digit")
-    barge_in_ms: float = Field(120, ge=0, description="voiced time over the agent that cuts it off")
+    barge_in_ms: float = Field(400, ge=0, description="voiced time over the agent that cuts it off "
+                               "without waiting for a transcript")
+    backchannels: tuple[str, ...] = Field(
+        ("uh-huh", "uh huh", "mm-hmm", "mm hmm", "mhm", "hmm", "yeah", "yes", "yep", "right", "okay",
+         "ok", "sure", "i see", "got it", "alright", "uh", "um", "ah", "oh"),
+        description="short utterances that acknowledge without taking the turn")
     promote_interim_ms: float = Field(2500, gt=0, description="commit a turn with only interim text")
 
 
@@ -80,12 +88,49 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """Caller sound over the agent: stop the agent's audio at once, keep the rest queued."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """It was a backchannel or noise: resume the held reply where it stopped."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckBackchannel:
+    """Short caller speech over the agent ended: transcribe it and call
+    :meth:`TurnTaker.backchannel_result` (``start_ms``..``end_ms`` on the call clock)."""
+
+    turn_id: int
+    start_ms: float
+    end_ms: float
+
+
+@dataclass(frozen=True, slots=True)
 class CancelReply:
     turn_id: int
     reason: str  # "reopen" | "barge_in"
 
 
-Action = OpenTurn | Speculate | Commit | CancelReply
+Action = OpenTurn | Speculate | Commit | CancelReply | Hold | Resume | CheckBackchannel
+
+
+def is_backchannel(text: str, policy: "TurnPolicy") -> bool:
+    """True when ``text`` (a transcript of short overlapping speech) is empty (noise, a cough) or
+    made only of backchannel words such as "uh-huh", "yeah", "right" (``policy.backchannels``)."""
+    words = " ".join(text.lower().replace(",", " ").replace(".", " ").replace("!", " ")
+                     .replace("?", " ").split())
+    if not words:
+        return True
+    rest = f" {words} "
+    for phrase in sorted(policy.backchannels, key=len, reverse=True):
+        rest = rest.replace(f" {phrase} ", " ")
+    return not rest.strip()
 
 
 class TurnTaker:
@@ -100,6 +145,7 @@ class TurnTaker:
         self._speech_since: float | None = None  # onset of current speech run (ms)
         self._eot_prob: float | None = None
         self._ends_in_digit = False
+        self._overlap: tuple[float, float] | None = None  # short speech over the agent
 
     # --- observations -------------------------------------------------------------------
     def speech_onset(self, at_ms: float, now: float) -> list[Action]:
@@ -113,8 +159,10 @@ class TurnTaker:
         if self.state is State.THINKING:
             self.state = State.USER_SPEAKING
             return [CancelReply(self.turn_id, "reopen")]
-        if self.state is State.SPEAKING and self.policy.barge_in_ms <= 0:
-            return self._barge_in(at_ms)
+        if self.state is State.SPEAKING:
+            if self.policy.barge_in_ms <= 0:
+                return self._barge_in(at_ms)
+            return [Hold(self.turn_id)]
         return []
 
     def speech_continues(self, now: float) -> list[Action]:
@@ -126,7 +174,10 @@ class TurnTaker:
 
     def speech_pause(self, last_voiced_ms: float, now: float) -> list[Action]:
         """VAD silence reached ``pause_ms``; ``last_voiced_ms`` is the last voiced sample."""
-        self._speech_since = None
+        since, self._speech_since = self._speech_since, None
+        if self.state is State.SPEAKING and since is not None:
+            self._overlap = (since, last_voiced_ms)
+            return [CheckBackchannel(self.turn_id, since, last_voiced_ms)]
         if self.state is not State.USER_SPEAKING:
             return []
         self.state = State.USER_PAUSED
@@ -167,6 +218,18 @@ class TurnTaker:
             limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
             return self.last_voiced_ms + limit
         return None
+
+    def backchannel_result(self, turn_id: int, backchannel: bool, now: float) -> list[Action]:
+        """Verdict on short overlapping speech: resume the reply, or treat it as a barge-in."""
+        overlap, self._overlap = self._overlap, None
+        if turn_id != self.turn_id or self.state is not State.SPEAKING or overlap is None:
+            return []
+        if self._speech_since is not None:  # the caller is talking again: let barge-in decide
+            return []
+        if backchannel:
+            return [Resume(turn_id)]
+        actions = self._barge_in(overlap[0])
+        return actions + self.speech_pause(overlap[1], now)
 
     def agent_audible(self, turn_id: int, now: float) -> list[Action]:
         """The reply of ``turn_id`` became audible to the caller."""

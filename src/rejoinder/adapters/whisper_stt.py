@@ -79,6 +79,29 @@ def _atomic_copy(sources: list[Path], dst: Path) -> None:
         raise
 
 
+def _looks_looped(text: str) -> bool:
+    """True when a decode looks like Whisper's repetition failure ("8 8 8 8", a sentence twice)."""
+    if len(text) < 12:
+        return False
+    import zlib
+
+    raw = text.encode("utf-8")
+    if len(raw) / len(zlib.compress(raw)) > 2.0:
+        return True
+    words = ["".join(ch for ch in w if ch.isalnum()) for w in text.lower().split()]
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - 3):  # a 4-word phrase said twice: Whisper looped
+        gram = tuple(words[i:i + 4])
+        if gram in seen:
+            return True
+        seen.add(gram)
+    for n in (1, 2, 3):  # a short unit repeated ≥ 3 times back to back ("golf golf golf")
+        for i in range(len(words) - 3 * n + 1):
+            if words[i:i + n] == words[i + n:i + 2 * n] == words[i + 2 * n:i + 3 * n]:
+                return True
+    return False
+
+
 class WhisperSTT:
     """Batch Whisper base STT: collects one utterance (float32 mono, 16 kHz) then transcribes it.
 
@@ -118,6 +141,8 @@ class WhisperSTT:
         self.model_dir = Path(model_dir) if model_dir else prepare_whisper_model()
         self.short_window = short_window
         self.min_window_s = min_window_s
+        self.tail_s = 2.0  # at least this much trailing silence in the short window
+        self.short_fallbacks = 0  # short-window decodes rejected as looped (diagnostics)
         self.initial_prompt = initial_prompt
         self.hotwords = hotwords
         self.language = language
@@ -141,7 +166,9 @@ class WhisperSTT:
         try:
             with self._lock:
                 if short and x.size <= 30 * SAMPLE_RATE:
-                    return self._transcribe_short(x)
+                    text = self._transcribe_short(x)
+                    if text is not None:
+                        return text
                 return self._transcribe_standard(x)
         except PortError:
             raise
@@ -155,11 +182,13 @@ class WhisperSTT:
             initial_prompt=self.initial_prompt, hotwords=self.hotwords)
         return " ".join(s.text.strip() for s in segments).strip()
 
-    def _transcribe_short(self, x: np.ndarray) -> str:
+    def _transcribe_short(self, x: np.ndarray) -> str | None:
         import ctranslate2
         from faster_whisper.transcribe import get_suppressed_tokens
 
-        target = max(int(self.min_window_s * SAMPLE_RATE), -(-x.size // SAMPLE_RATE) * SAMPLE_RATE)
+        tail = int(self.tail_s * SAMPLE_RATE)
+        target = max(int(self.min_window_s * SAMPLE_RATE),
+                     -(-(x.size + tail) // SAMPLE_RATE) * SAMPLE_RATE)
         target = min(target, 30 * SAMPLE_RATE)
         n_frames = target // HOP
         # FeatureExtractor appends `padding` zeros and drops the last STFT frame.
@@ -178,11 +207,16 @@ class WhisperSTT:
             prompt.extend(prev[-200:])
         prompt.extend(tok.sot_sequence)
         prompt.append(tok.no_timestamps)
-        max_new = min(224, 8 + int(x.size / SAMPLE_RATE * 12))  # ≤ ~12 tokens per second
+        max_new = min(224, 10 + int(x.size / SAMPLE_RATE * 8))  # speech is ≈ 4–5 tokens per second
         result = self._model.model.generate(
             enc, [prompt], beam_size=1, max_length=len(prompt) + max_new, suppress_blank=True,
             suppress_tokens=get_suppressed_tokens(tok, [-1]), return_scores=False)[0]
-        return tok.decode(result.sequences_ids[0]).strip()
+        ids = result.sequences_ids[0]
+        text = tok.decode(ids).strip()
+        if len(ids) >= max_new or _looks_looped(text):
+            self.short_fallbacks += 1
+            return None
+        return text
 
     # -- STTPort ------------------------------------------------------------------------------
     async def stream(self, audio: AsyncIterable[np.ndarray]) -> AsyncIterator[Transcript]:

