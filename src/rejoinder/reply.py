@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import numpy as np
 import soxr
@@ -110,13 +110,20 @@ class Reply:
         self.estimated = False
         self._index = 0
         self._samples_per_char: float | None = None
+        self._guard: Callable[[str], bool] | None = None
+        self._first_audio = asyncio.Event()  # set once the first chunk is on the line (or failed)
 
     # --- text -------------------------------------------------------------------------------
-    async def speak(self, first_clause: str, request: LLMRequest | None, tail: str = "") -> None:
+    async def speak(self, first_clause: str, request: LLMRequest | None, tail: str = "",
+                    guard: Callable[[str], bool] | None = None) -> None:
         """Speak ``first_clause`` then the LLM's continuation of ``request`` — or ``tail`` when
-        there is no request or the LLM gave nothing. Returns when all audio is queued."""
+        there is no request or the LLM gave nothing. With a ``guard``, the continuation is held
+        back until complete and spoken only if ``guard(text)`` accepts it (else ``tail``); the
+        first clause is playing meanwhile, so this costs no latency. Returns when all audio is
+        queued."""
         queue: asyncio.Queue[str | None] = asyncio.Queue()
         self.playout.begin(self.turn_id)
+        self._guard = guard
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._produce(first_clause, request, queue, tail))
             tg.create_task(self._synthesize(queue))
@@ -135,6 +142,12 @@ class Reply:
                 if tail:
                     queue.put_nowait((" " if first_clause else "") + tail)
                 return
+            if first_clause:
+                # the first clause's synthesis is on the critical path: let it have the CPU
+                # before the LLM starts (the continuation is needed only after it has played)
+                await self._first_audio.wait()
+            guard = self._guard
+            held: list[str] = []
             chunker = SpeakableChunker()
             generated = ""
             for attempt in range(self.policy.llm_retries + 1):
@@ -148,11 +161,11 @@ class Reply:
                         generated += delta
                         self.st.emit(LlmToken(delta, self.st.now(), self.st.call_id, self.turn_id))
                         for chunk in chunker.push(delta):
-                            queue.put_nowait(chunk)
+                            (held.append if guard else queue.put_nowait)(chunk)
                     break
                 except Exception as exc:
                     for chunk in chunker.flush():  # say what we have while we recover
-                        queue.put_nowait(chunk)
+                        (held.append if guard else queue.put_nowait)(chunk)
                     if attempt < self.policy.llm_retries:
                         self._recovered("llm", "retry", repr(exc), generated[-40:])
                         continue
@@ -161,8 +174,15 @@ class Reply:
                         queue.put_nowait(RECOVERY_LINE)
                     else:
                         self._recovered("llm", "give_up", repr(exc), "")
-            for chunk in chunker.flush():
-                queue.put_nowait(chunk)
+            held.extend(chunker.flush()) if guard else [queue.put_nowait(c) for c in chunker.flush()]
+            if guard is not None:
+                if guard("".join(held)):
+                    for chunk in held:
+                        queue.put_nowait(chunk)
+                else:
+                    self._recovered("llm", "ungrounded", "continuation not grounded in the facts",
+                                    "".join(held).strip()[:80])
+                    generated = ""
             if not generated.strip() and tail:
                 queue.put_nowait((" " if first_clause else "") + tail)
         finally:
@@ -174,12 +194,15 @@ class Reply:
             self.full_text += text
             spoken = normalize_for_speech(text)
             if not spoken.strip():
+                self._first_audio.set()
                 continue
             self.st.emit(SpeakableText(text, spoken, self._index, self.st.now(), self.st.call_id,
                                        self.turn_id))
             if self._index == 0:
                 self.st.stamp("first_speakable_text", self.turn_id)
-            if not await self._speak_chunk(spoken.split(), text.strip()):
+            ok = await self._speak_chunk(spoken.split(), text.strip())
+            self._first_audio.set()
+            if not ok:
                 return  # stale: the reply was cut
 
     async def _speak_chunk(self, words: list[str], written: str) -> bool:
@@ -235,6 +258,7 @@ class Reply:
             return True
         if not self.playout.send(self.turn_id, pcm, self.st.now()):
             return False
+        self._first_audio.set()
         rec.samples += len(pcm)
         return True
 

@@ -47,6 +47,26 @@ def number_incomplete(text: str) -> bool:
     return 0 < run < 4
 
 
+_CLOSED_PHRASES = {"hello", "hi", "hey", "yes", "no", "yeah", "nope", "thanks", "thank you",
+                   "okay", "ok", "bye", "goodbye", "that's all", "that's it", "sure", "correct"}
+
+
+def text_complete(text: str) -> bool:
+    """True when a transcript reads as a finished utterance: it ends with terminal punctuation
+    (Whisper punctuates) but not an ellipsis or a dangling word like "and"/"the", or it is a
+    closed phrase such as "hello" or "thank you"."""
+    t = text.strip().lower()
+    if not t:
+        return False
+    bare = t.rstrip(".!?, ")
+    if bare in _CLOSED_PHRASES:
+        return True
+    if t.endswith(("...", "…")) or not t.endswith((".", "!", "?")):
+        return False
+    last = bare.split()[-1] if bare.split() else ""
+    return last not in {"and", "or", "but", "the", "a", "an", "to", "is", "my", "of", "for", "uh", "um"}
+
+
 @dataclass
 class Stack:
     """The model ports a session uses."""
@@ -182,7 +202,11 @@ class Session:
             text = tr.text
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
-        return text.strip()
+        text = text.strip()
+        if self._spec.get(turn_id, (None,))[0] == end_ms:  # still the latest pause
+            self._perform(self.taker.transcript_result(turn_id, text_complete(text),
+                                                       number_incomplete(text), self.st.now()))
+        return text
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         audio = self._segment(a.start_ms - 100.0, a.end_ms + TAIL_MS)
@@ -230,12 +254,12 @@ class Session:
         if not text:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
-        first_clause, request, tail = self._decide(turn_id, text)
+        first_clause, request, tail, guard = self._decide(turn_id, text)
         reply = Reply(self.st, turn_id, self.playout, self.stack.tts, self.stack.llm,
                       backup_tts=self.stack.backup_tts, recovery=self.recovery)
         self._speaking[turn_id] = reply
         try:
-            await reply.speak(first_clause, request, tail)
+            await reply.speak(first_clause, request, tail, guard)
         except* Exception as eg:
             for exc in eg.exceptions:
                 self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id, turn_id))
@@ -255,7 +279,8 @@ class Session:
                                        self.st.call_id, turn_id, result=result))
             results.append(result)
         reply = self.app.compose(plan, results)
-        return reply.first_clause, reply.llm_request, getattr(reply, "tail", "")
+        return (reply.first_clause, reply.llm_request, getattr(reply, "tail", ""),
+                getattr(reply, "grounded", None))
 
     def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, *, estimated: bool = False,
                       **data: Any) -> None:

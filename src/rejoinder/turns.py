@@ -17,7 +17,8 @@ Policy (defaults in :class:`TurnPolicy`):
 * A *pause* is ``pause_ms`` of VAD silence after speech. On a pause the session transcribes the
   turn so far (speculatively) and asks the end-of-turn model.
 * The turn is committed when the end-of-turn model's probability ≥ ``eot_threshold`` while still
-  paused, or unconditionally after ``silence_timeout_ms`` of silence (the fallback recommended for
+  paused, or ≥ ``eot_text_threshold`` when the speculative transcript also reads as complete
+  (two weak signals agreeing), or unconditionally after ``silence_timeout_ms`` of silence (the fallback recommended for
   Smart Turn, which calls many mid-sentence pauses complete on read speech — MODELS.md). A pause
   in the middle of a number being read out is held open: when the committed turn's transcript
   ends in a digit the session calls :meth:`TurnTaker.hold_for_digits`, which takes the commit
@@ -54,6 +55,8 @@ class TurnPolicy(BaseModel):
 
     pause_ms: float = Field(160, ge=0, description="VAD silence that counts as a pause")
     eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
+    eot_text_threshold: float = Field(0.12, ge=0, le=1, description="lower probability that commits "
+                                      "when the speculative transcript also reads as complete")
     silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
     digit_hold_ms: float = Field(1400, gt=0, description="silence timeout when the turn ends in a digit")
     barge_in_ms: float = Field(400, ge=0, description="voiced time over the agent that cuts it off "
@@ -146,6 +149,7 @@ class TurnTaker:
         self._eot_prob: float | None = None
         self._ends_in_digit = False
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
+        self._text_complete = False
 
     # --- observations -------------------------------------------------------------------
     def speech_onset(self, at_ms: float, now: float) -> list[Action]:
@@ -183,6 +187,7 @@ class TurnTaker:
         self.state = State.USER_PAUSED
         self.last_voiced_ms = last_voiced_ms
         self._eot_prob = None
+        self._text_complete = False
         self._ends_in_digit = False
         return [Speculate(self.turn_id, last_voiced_ms)]
 
@@ -191,8 +196,27 @@ class TurnTaker:
         if turn_id != self.turn_id or self.state is not State.USER_PAUSED:
             return []
         self._eot_prob = probability
-        if probability >= self.policy.eot_threshold and not self._ends_in_digit:
-            return self._commit("model", probability)
+        return self._decide(now)
+
+    def transcript_result(self, turn_id: int, complete: bool, number_open: bool,
+                          now: float) -> list[Action]:
+        """The speculative transcript of the current pause is ready: ``complete`` when it reads
+        as a finished utterance (terminal punctuation, or a closed phrase such as "thank you");
+        ``number_open`` when it ends in a number still being read out (holds the turn)."""
+        if turn_id != self.turn_id or self.state is not State.USER_PAUSED:
+            return []
+        self._text_complete = complete and not number_open
+        if number_open:
+            self._ends_in_digit = True
+        return self._decide(now)
+
+    def _decide(self, now: float) -> list[Action]:
+        p = self._eot_prob
+        if p is not None and not self._ends_in_digit:
+            if p >= self.policy.eot_threshold:
+                return self._commit("model", p)
+            if self._text_complete and p >= self.policy.eot_text_threshold:
+                return self._commit("model+transcript", p)
         return self.tick(now)
 
     def hold_for_digits(self, turn_id: int, now: float) -> list[Action]:

@@ -4,8 +4,9 @@ The VAD model (a :class:`~rejoinder.ports.VADPort`) scores fixed windows (512 sa
 16 kHz for Silero). :class:`VadTracker` re-blocks incoming frames into those windows in a
 preallocated buffer (no per-frame allocation), and applies hysteresis:
 
-* onset: ``min_speech_ms`` of consecutive windows with p ≥ ``threshold``; the onset time is the
-  start of the first of them (the first voiced sample, to window resolution);
+* onset: a window with p ≥ ``threshold`` followed by windows with p ≥ ``neg_threshold`` lasting
+  ``min_speech_ms`` in all; the onset time is the start of the first of them (the first voiced
+  sample, to window resolution);
 * pause: ``pause_ms`` of consecutive windows with p < ``neg_threshold``; the reported time is the
   end of the last voiced window.
 """
@@ -87,10 +88,16 @@ class VadTracker:
                 self.speaking = True
                 out.append(VadSignal("onset", self._run_start))
                 out.append(VadSignal("voiced", end_ms))
-        elif p < self.neg_threshold or not self.speaking:
+        elif p < self.neg_threshold:
             self._run_start = None
             if self.speaking and end_ms - self._last_voiced_end >= self.pause_ms:
                 self.speaking = False
                 out.append(VadSignal("pause", self._last_voiced_end))
         elif self.speaking:  # between thresholds while speaking: still voiced
             self._last_voiced_end = end_ms
+        elif self._run_start is not None:  # between thresholds in a starting run: keep counting
+            if end_ms - self._run_start >= self.min_speech_ms:
+                self.speaking = True
+                self._last_voiced_end = end_ms
+                out.append(VadSignal("onset", self._run_start))
+                out.append(VadSignal("voiced", end_ms))

@@ -114,7 +114,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def llama_server():
+def llama_server(tmp_path_factory):
     """llama-cpp-python's OpenAI-compatible server on loopback serving SmolLM2; yields base_url."""
     for mod in ("sse_starlette", "starlette_context", "pydantic_settings", "uvicorn"):
         pytest.importorskip(mod, reason="llama_cpp.server needs sse-starlette, starlette-context, "
@@ -124,17 +124,19 @@ def llama_server():
     from rejoinder.adapters.llama_llm import smollm2_model_path
 
     port = _free_port()
+    log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
+    log = open(log_path, "wb")  # a file, not a pipe: llama.cpp logs a lot and would block
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_model_path()),
          "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "2048",
          "--chat_format", "chatml"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited: {proc.stderr.read().decode()[-2000:]}")
+                pytest.fail(f"llama_cpp.server exited: {log_path.read_text(errors='replace')[-2000:]}")
             try:
                 if httpx.get(f"{base}/models", timeout=1).status_code == 200:
                     break
@@ -151,3 +153,4 @@ def llama_server():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()

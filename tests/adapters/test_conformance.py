@@ -176,7 +176,7 @@ async def test_llm_cancellation(llm):
 
 
 # ---------------------------------------------------------------- TTS
-SENTENCE = "Thank you for calling. Your order number is four two seven."
+SENTENCE = "Thank you for calling. Your large pizza will be ready soon."
 
 
 async def test_tts_conformance(tts, whisper_stt, norm):

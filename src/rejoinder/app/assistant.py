@@ -15,6 +15,8 @@ Reversible calls may be executed on a tentative transcript and undone with
 
 from __future__ import annotations
 
+import re
+
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -41,6 +43,22 @@ TOOL_PROMPT = (
     'e.g. {"tool": "lookup_order", "args": {"order_id": "4217"}}. Use {"tool": "none"} when no '
     "tool fits. Tools:\n"
 )
+_FACT_WORDS = re.compile(
+    r"\d+|\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|"
+    r"april|may|june|july|august|september|october|november|december|processing|shipped|"
+    r"delivered|arrived|cancel+ed|canceled|booked|tomorrow|today|yesterday|am|pm|noon|midnight|"
+    r"morning|afternoon|evening|refund\w*|return\w*)\b", re.IGNORECASE)
+
+
+def grounded(continuation: str, facts: str) -> bool:
+    """Every fact-like token of ``continuation`` occurs in ``facts`` (case-insensitive).
+    An empty continuation is not grounded (there is nothing to say)."""
+    if not continuation.strip():
+        return False
+    known = {m.group(0).lower() for m in _FACT_WORDS.finditer(facts)}
+    return all(m.group(0).lower() in known for m in _FACT_WORDS.finditer(continuation))
+
+
 _CONTINUE_INTENTS = {"lookup_order", "other_order", "reschedule_appointment", "confirm",
                      "list_appointments", "identify"}  # fmt: skip
 
@@ -57,6 +75,13 @@ class Reply:
     llm_request: LLMRequest | None = None
     intent: str = ""
     end_call: bool = False
+    facts: str = ""
+
+    def grounded(self, continuation: str) -> bool:
+        """True when every fact-like word of an LLM ``continuation`` (numbers, days, months,
+        statuses, times of day) appears in this reply's facts — a 135M model sometimes changes
+        a tense or a date; such a continuation is dropped and :attr:`tail` is spoken instead."""
+        return grounded(continuation, self.facts)
 
     @property
     def text(self) -> str:
@@ -155,7 +180,7 @@ class SupportAssistant:
         req = None
         if self.llm is not None and facts and plan.intent in _CONTINUE_INTENTS:
             req = self.continuation_request(first, facts)
-        return Reply(first, tail, req, plan.intent, end_call=plan.intent == "goodbye")
+        return Reply(first, tail, req, plan.intent, end_call=plan.intent == "goodbye", facts=facts or "")
 
     def continuation_request(self, first_clause: str, facts: str) -> LLMRequest:
         """Ask the LLM to continue ``first_clause`` in ≤ 1 short sentence from ``facts``.

@@ -141,13 +141,13 @@ def _dumps(obj: Any) -> str:
 
 
 def _pid_alive(pid: int | None, host: str | None) -> bool:
-    if not pid or host != socket.gethostname():
-        return host != socket.gethostname() and bool(pid)  # another host: cannot tell, assume alive
-    try:
-        import psutil
-        return psutil.pid_exists(pid)
-    except Exception:  # pragma: no cover
+    """Whether the process that writes a ``running`` run still exists (another host: assume so)."""
+    if not pid:
+        return False
+    if host != socket.gethostname():
         return True
+    import psutil
+    return psutil.pid_exists(pid)
 
 
 class RunStore:

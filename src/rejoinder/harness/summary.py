@@ -1,0 +1,100 @@
+"""Per-level summaries of a stored run, and the latency-vs-concurrency curve.
+
+Everything is computed from the store's rows (one source of truth for ``bench``, ``runs show``,
+``report`` and ``compare``). Segment values are *contributions to V2V*: a segment that did not
+occur in a turn (no tool call, say) contributed 0 ms, so for every turn the segments still add up
+to its V2V; ``n`` says in how many answered turns the segment occurred.
+
+``capacity`` is the highest concurrency level whose V2V p95 stays within ``1.5×`` the p95 of the
+lowest level (normally 1 call), with no more failed calls than that level; levels above it are
+where callers start to wait noticeably longer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..timeline import SEGMENTS
+from .stats import percentiles
+from .store import RunStore
+
+CAPACITY_FACTOR = 1.5
+
+
+def segment_values(turns: list[dict[str, Any]], name: str) -> list[float]:
+    """Contribution of segment ``name`` to V2V in each answered turn (0 when absent)."""
+    return [float(t["segments"].get(name, 0.0)) for t in turns if t["v2v_ms"] is not None]
+
+
+def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dict[str, Any]],
+                  stats: dict[str, Any] | None) -> dict[str, Any]:
+    answered = [t for t in turns if t["v2v_ms"] is not None]
+    by_scn: dict[str, list[bool]] = defaultdict(list)
+    for c in calls:
+        by_scn[c["scenario"]].append(bool(c["success"]))
+    statuses: dict[str, int] = defaultdict(int)
+    for t in turns:
+        statuses[t["status"]] += 1
+    statuses["answered"] = len(answered)
+    ears = [c["extra"].get("ear_check_max_ms") for c in calls if c.get("extra")]
+    out = {
+        "concurrency": concurrency,
+        "calls": len(calls),
+        "turns": dict(statuses),
+        "v2v_ms": percentiles(t["v2v_ms"] for t in answered),
+        "segments": {s: {**percentiles(segment_values(answered, s)),
+                         "n": sum(1 for t in answered if s in t["segments"])} for s in SEGMENTS},
+        "stalls": {"count": sum(t["stalls_n"] for t in turns),
+                   "total_ms": round(sum(t["stalls_ms"] for t in turns), 1),
+                   "turns_with_stalls": sum(1 for t in turns if t["stalls_n"])},
+        "task_success": {name: {"ok": sum(v), "n": len(v), "rate": round(sum(v) / len(v), 3)}
+                         for name, v in sorted(by_scn.items())},
+        "task_success_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
+        "failed_calls": sum(1 for c in calls if c.get("error")),
+        "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
+    }
+    if stats:
+        out["resources"] = {k: stats.get(k) for k in ("wall_s", "cpu_s", "cpu_pct", "cores",
+                                                       "machine_busy_pct", "rss_start_mb", "rss_peak_mb",
+                                                       "caller_cpu_s", "caller_cpu_share", "loop_lag_ms")}
+    return out
+
+
+def capacity(levels: list[dict[str, Any]], factor: float = CAPACITY_FACTOR) -> dict[str, Any]:
+    """The highest level whose p95 ≤ ``factor`` × the lowest level's p95 (and no extra failures)."""
+    ok = [lv for lv in levels if lv["v2v_ms"]["p95"] is not None]
+    if not ok:
+        return {"concurrency": None, "factor": factor, "base_p95_ms": None}
+    base = min(ok, key=lambda lv: lv["concurrency"])
+    limit = factor * base["v2v_ms"]["p95"]
+    best = None
+    for lv in sorted(ok, key=lambda lv: lv["concurrency"]):
+        if lv["v2v_ms"]["p95"] <= limit and lv["failed_calls"] <= base["failed_calls"]:
+            best = lv["concurrency"]
+        else:
+            break
+    return {"concurrency": best, "factor": factor, "base_p95_ms": base["v2v_ms"]["p95"],
+            "limit_ms": round(limit, 1)}
+
+
+def run_summary(store: RunStore, run_ref: str) -> dict[str, Any]:
+    """The JSON summary of a run: per level, the curve across levels, and the capacity."""
+    run = store.run(run_ref)
+    run_id = run["id"]
+    turns, calls = store.turns(run_id), store.calls(run_id)
+    levels_present = sorted({c["concurrency"] for c in calls} | set(run["levels"]))
+    levels = [level_summary(n, [t for t in turns if t["concurrency"] == n],
+                            [c for c in calls if c["concurrency"] == n], run["levels"].get(n))
+              for n in levels_present]
+    shares = [lv["resources"]["caller_cpu_share"] for lv in levels
+              if lv.get("resources") and lv["resources"].get("caller_cpu_share") is not None]
+    return {
+        "run_id": run_id,
+        "suite": run.get("suite"),
+        "status": run["status"],
+        "levels": levels,
+        "curve": [{"concurrency": lv["concurrency"], **lv["v2v_ms"]} for lv in levels],
+        "capacity": capacity(levels),
+        "caller_cpu_share_max": max(shares) if shares else None,
+    }

@@ -1,0 +1,191 @@
+"""The ASGI app: the browser client at ``/``, ``GET /health``, WebSockets ``/ws`` and ``/twilio``.
+
+Each accepted socket is one call through the same :class:`~rejoinder.session.Session` as
+``rejoinder call``. Models are loaded once per process, in the background at startup (``/health``
+says ``loading`` until then; calls meanwhile are refused with 1013). Which models and application
+a call gets comes from a :class:`CallProvider`: the embedded :class:`AgentProvider` in production,
+fakes in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.websockets import WebSocketState
+
+from ..session import Stack
+from ..turns import TurnPolicy
+from .browser import BrowserLink, read_hello
+from .guard import CallSlots, MessageGuard
+from .live import LiveCall
+from .protocol import CallEnded, Close, error_message
+from .store import CallStore
+from .twilio import TwilioLink, read_start
+
+log = logging.getLogger("rejoinder.server")
+STATIC = Path(__file__).parent / "static"
+
+
+class ServerConfig(BaseModel):
+    """Limits and settings of a server (every socket, every call)."""
+
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(min_length=8)
+    max_calls: int = Field(4, ge=1, description="calls in progress at once; more are refused (1013)")
+    max_call_s: float = Field(900, gt=0, description="longest call (s)")
+    max_text_bytes: int = Field(8192, gt=0)
+    max_binary_bytes: int = Field(32768, gt=0)
+    msgs_per_s: float = Field(120, gt=0, description="sustained messages per second per socket")
+    bytes_per_s: float = Field(200_000, gt=0, description="sustained bytes per second per socket")
+    store_dir: Path | None = Field(None, description="folder for call records; None keeps none")
+
+
+class CallProvider(Protocol):
+    """Where calls get their models and application."""
+
+    policy: TurnPolicy | None
+
+    async def warmup(self) -> None: ...
+
+    def new_stack(self) -> Stack: ...
+
+    def new_app(self, caller_phone: str | None, call_id: str) -> Any: ...
+
+
+class AgentProvider:
+    """The embedded agent (:class:`rejoinder.agent.Agent`): models shared, one app per call."""
+
+    def __init__(self, agent) -> None:
+        self.agent = agent
+        self.policy = agent.cfg.turns
+
+    async def warmup(self) -> None:
+        await self.agent.warmup()
+
+    def new_stack(self) -> Stack:
+        return self.agent.new_stack()
+
+    def new_app(self, caller_phone: str | None, call_id: str) -> Any:
+        return self.agent.new_app(caller_phone, call_id)
+
+
+class _State:
+    def __init__(self, cfg: ServerConfig, provider: CallProvider) -> None:
+        self.cfg = cfg
+        self.provider = provider
+        self.slots = CallSlots(cfg.max_calls)
+        self.store = CallStore(cfg.store_dir)
+        self.models = "loading"
+        self.calls_served = 0
+
+    def guard(self) -> MessageGuard:
+        c = self.cfg
+        return MessageGuard(max_text=c.max_text_bytes, max_binary=c.max_binary_bytes,
+                            msgs_per_s=c.msgs_per_s, bytes_per_s=c.bytes_per_s)
+
+
+async def _close(ws: WebSocket, ended: CallEnded | None, *, json_errors: bool) -> None:
+    if ended is None or ws.client_state is not WebSocketState.CONNECTED \
+            or ws.application_state is not WebSocketState.CONNECTED:
+        return
+    with contextlib.suppress(Exception):
+        if json_errors and ended.error_code:
+            await ws.send_text(error_message(ended.error_code, ended.reason))
+        await ws.close(ended.code, ended.reason)
+
+
+def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
+    """Build the server app. Models load in the background when the app starts."""
+    state = _State(cfg, provider)
+
+    async def load_models() -> None:
+        try:
+            await provider.warmup()
+            state.models = "ready"
+        except Exception:
+            log.exception("loading the models failed")
+            state.models = "failed"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = asyncio.create_task(load_models())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    app = FastAPI(title="rejoinder", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.rejoinder = state
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/")
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "ok" if state.models != "failed" else "degraded",
+                             "models": state.models, "calls": state.slots.active,
+                             "max_calls": cfg.max_calls, "calls_served": state.calls_served,
+                             "tasks": len(asyncio.all_tasks())})
+
+    async def serve(ws: WebSocket, transport: str) -> None:
+        await ws.accept()
+        browser = transport == "browser"
+        guard = state.guard()
+        try:
+            if browser:
+                opener = await read_hello(ws, guard, cfg.token)
+                phone = opener.caller_phone
+            else:
+                opener = await read_start(ws, guard, cfg.token)
+                phone = opener.customParameters.get("caller_phone")
+            if state.models != "ready":
+                raise CallEnded(Close.BUSY, f"models {state.models}; try again shortly",
+                                error_code="loading")
+            state.slots.acquire()
+        except CallEnded as exc:
+            await _close(ws, exc, json_errors=browser)
+            return
+        try:
+            call_id = uuid.uuid4().hex[:12]
+            call = LiveCall(call_id=call_id, transport=transport, stack=provider.new_stack(),
+                            app=provider.new_app(phone, call_id), policy=provider.policy,
+                            record=state.store.open(call_id, transport), max_call_s=cfg.max_call_s)
+            log.info("call %s (%s) started", call_id, transport)
+            if browser:
+                link = BrowserLink(ws, call, opener, guard)
+                ended = await call.run(link.receive, link.send_raw, link.pinger)
+            else:
+                link = TwilioLink(ws, call, opener, guard)
+                ended = await call.run(link.receive, link.send_raw)
+            log.info("call %s ended: %s", call_id, ended)
+            await _close(ws, ended, json_errors=browser)
+        except Exception:
+            log.exception("call setup failed")
+            await _close(ws, CallEnded(Close.SERVER_ERROR, "server error", error_code="server_error"),
+                         json_errors=browser)
+        finally:
+            state.slots.release()
+            state.calls_served += 1
+
+    @app.websocket("/ws")
+    async def ws_browser(ws: WebSocket) -> None:
+        await serve(ws, "browser")
+
+    @app.websocket("/twilio")
+    async def ws_twilio(ws: WebSocket) -> None:
+        await serve(ws, "twilio")
+
+    return app

@@ -1,0 +1,216 @@
+"""One live call over a socket: the session, the 20 ms playout loop, the outbox, and teardown.
+
+A :class:`LiveCall` owns everything of one call — its clock (t = 0 at accept), event bus, timeline,
+session and recordings — and runs three kinds of task in one task group: the transport's receive
+loop (which feeds caller audio through :meth:`LiveCall.feed`), the playout pacing loop (one 20 ms
+agent frame per tick, handed to the transport's :class:`Downlink`) and a single writer draining the
+outbox to the socket. When any of them ends the call (:class:`~.protocol.CallEnded`: hang-up,
+protocol error, limit), the group cancels the others, the session's own tasks are cancelled and
+awaited, and the records are closed: nothing outlives the call.
+
+Playback stamps made here are estimates (``caller_side_playout=False``): the transport reports what
+the caller's side actually played through :meth:`LiveCall.client_stamp`, which replaces them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Union
+
+import numpy as np
+
+from ..clock import RealClock
+from ..events import Event, EventBus
+from ..session import LINE_RATE, Session, Stack
+from ..stages import Stamper
+from ..timeline import Timeline
+from ..turns import TurnPolicy
+from .protocol import CallEnded, Close
+from .store import CallRecord
+
+log = logging.getLogger("rejoinder.server")
+
+FRAME = 320            # 20 ms at 16 kHz
+FRAME_MS = 20.0
+GAP_MS = 100.0         # a hole in the caller's audio longer than this is filled with silence
+RESYNC_MS = 200.0      # a pacing loop this late skips ahead instead of bursting
+
+Out = Union[str, bytes, Callable[[], Union[str, bytes]]]  # a callable is rendered at send time
+
+
+class Downlink(Protocol):
+    """How a transport renders agent audio and call events into messages."""
+
+    def audio(self, turn_id: int, frame: np.ndarray, t_ms: float) -> Iterable[Out]:
+        """Messages for one 20 ms agent frame (int16, 16 kHz; the buffer is reused after)."""
+
+    def event(self, ev: Event) -> Iterable[Out]:
+        """Messages for a call event (transcripts, barge-in, turn summaries)."""
+
+    def held(self, held: bool) -> Iterable[Out]:
+        """Messages when the session holds (caller started talking) or resumes playout."""
+
+
+class LiveCall:
+    """One call. Set :attr:`downlink`, then ``await run(receive, send)``."""
+
+    def __init__(self, *, call_id: str, transport: str, stack: Stack, app: Any,
+                 policy: TurnPolicy | None, record: CallRecord, max_call_s: float,
+                 outbox_max: int = 1500) -> None:
+        self.call_id = call_id
+        self.transport = transport
+        self.clock = RealClock()
+        self.bus = EventBus()
+        self.st = Stamper(call_id, self.clock, self.bus)
+        self.record = record
+        self.timeline = Timeline(record.timeline_path)
+        self.bus.subscribe(self.timeline)
+        self.bus.subscribe(self._on_event)
+        self.session = Session(self.st, stack, app, policy=policy, max_seconds=max_call_s + 60.0,
+                               caller_side_playout=False)
+        self.max_call_ms = max_call_s * 1000.0
+        self.downlink: Downlink | None = None
+        self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
+        self.meta: dict[str, Any] = {"call_id": call_id, "transport": transport}
+        self.ended: CallEnded | None = None
+        self._failure: CallEnded | None = None
+        self._buf = np.zeros(FRAME, dtype=np.int16)
+        self._fill = 0
+        self._fed = 0                      # caller samples given to the session
+        self._origin: float | None = None  # call-clock time of caller sample 0
+
+    # --- caller audio in -----------------------------------------------------------------------
+    def feed(self, pcm: np.ndarray, t_ms: float | None) -> None:
+        """Caller audio (int16, 16 kHz) whose first sample was captured at ``t_ms`` (call clock;
+        None when unknown). Frames go to the session on a continuous sample clock anchored at
+        the first capture time; a hole longer than ``GAP_MS`` is filled with silence.
+
+        Raises:
+            CallEnded: ``TIMEOUT`` when the caller's audio exceeds the call length limit.
+        """
+        if self._origin is None:
+            self._origin = t_ms if t_ms is not None else self.clock.now_ms() - 1000.0 * len(pcm) / LINE_RATE
+            self.record.caller_origin_ms = self._origin
+        if t_ms is not None and self._fill == 0:
+            gap = t_ms - self.caller_ms()
+            if gap > GAP_MS:
+                self._push(np.zeros(int(gap * LINE_RATE / 1000) // FRAME * FRAME, dtype=np.int16))
+        self._push(pcm)
+
+    def caller_ms(self) -> float:
+        """Call-clock time of the next caller sample."""
+        return (self._origin or 0.0) + 1000.0 * (self._fed + self._fill) / LINE_RATE
+
+    def _push(self, pcm: np.ndarray) -> None:
+        pos = 0
+        while pos < len(pcm):
+            take = min(FRAME - self._fill, len(pcm) - pos)
+            self._buf[self._fill:self._fill + take] = pcm[pos:pos + take]
+            self._fill += take
+            pos += take
+            if self._fill == FRAME:
+                t = self._origin + 1000.0 * self._fed / LINE_RATE
+                if t - self._origin > self.max_call_ms:
+                    raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
+                self.record.caller(self._buf)
+                self.session.on_frame(self._buf, t)
+                self._fed += FRAME
+                self._fill = 0
+
+    # --- what the caller's side reports --------------------------------------------------------
+    def client_stamp(self, name: str, turn_id: int, t_ms: float, **data: Any) -> str | None:
+        """Stamp an observed caller-side boundary; returns why it was refused, or None."""
+        now = self.clock.now_ms()
+        if not 1 <= turn_id <= self.session.taker.turn_id:
+            return f"unknown turn {turn_id}"
+        if not -1000.0 <= t_ms <= now + 250.0:
+            return f"time {t_ms:.0f} ms is outside the call (now {now:.0f} ms)"
+        estimated = bool(data.pop("estimated", False))
+        self.st.stamp(name, turn_id, t_ms, estimated=estimated, **data)
+        return None
+
+    def turn_summary(self, turn_id: int) -> dict[str, Any] | None:
+        rec = self.timeline.turns.get(turn_id)
+        return None if rec is None else rec.summary()
+
+    # --- out -------------------------------------------------------------------------------------
+    def send(self, items: Iterable[Out]) -> None:
+        """Queue messages for the socket. Never raises (it runs inside bus observers); a client
+        that does not read ends the call at the next tick."""
+        for item in items:
+            try:
+                self.outbox.put_nowait(item)
+            except asyncio.QueueFull:
+                self._failure = CallEnded(Close.POLICY, "client is not reading its messages",
+                                          error_code="slow_client")
+                return
+
+    def fail(self, exc: CallEnded) -> None:
+        """End the call at the next tick (for code that must not raise)."""
+        self._failure = self._failure or exc
+
+    def _on_event(self, ev: Event) -> None:
+        if self.downlink is not None:
+            self.send(self.downlink.event(ev))
+
+    async def _pace(self) -> None:
+        playout = self.session.playout
+        held = False
+        t = self.clock.now_ms()
+        while True:
+            await self.clock.pace(t)
+            if self._failure is not None:
+                raise self._failure
+            if self.clock.now_ms() - t > RESYNC_MS:
+                t = self.clock.now_ms()
+            r = playout.reply
+            before = r.played if r is not None else 0
+            frame = self.session.tick_playout(t)
+            self.record.agent(frame, t)
+            if r is not None and r.played > before and self.downlink is not None:
+                self.send(self.downlink.audio(r.turn_id, frame, t))
+            if playout.held != held and self.downlink is not None:
+                held = playout.held
+                self.send(self.downlink.held(held))
+            if t > self.max_call_ms:
+                raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
+            t += FRAME_MS
+
+    async def _write(self, send: Callable[[str | bytes], Awaitable[None]]) -> None:
+        while True:
+            item = await self.outbox.get()
+            if callable(item):
+                item = item()
+            try:
+                await send(item)
+            except Exception:  # the socket went away under us
+                raise CallEnded(Close.NORMAL, "connection lost") from None
+
+    async def run(self, receive: Callable[[], Awaitable[None]],
+                  send: Callable[[str | bytes], Awaitable[None]],
+                  *extra: Callable[[], Awaitable[None]]) -> CallEnded:
+        """Run the call until it ends; returns why. Always tears down and closes the records.
+
+        ``receive`` must raise :class:`CallEnded` when the socket closes.
+        """
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(receive(), name=f"{self.call_id}:receive")
+                tg.create_task(self._pace(), name=f"{self.call_id}:pace")
+                tg.create_task(self._write(send), name=f"{self.call_id}:write")
+                for job in extra:
+                    tg.create_task(job(), name=f"{self.call_id}:extra")
+        except* CallEnded as eg:
+            self.ended = eg.exceptions[0]
+        except* Exception as eg:
+            log.error("call %s failed", self.call_id, exc_info=eg.exceptions[0])
+            self.ended = CallEnded(Close.SERVER_ERROR, "server error", error_code="server_error")
+        finally:
+            await self.session.close()
+            self.meta["ended"] = {"code": self.ended.code if self.ended else None,
+                                  "reason": self.ended.reason if self.ended else "cancelled"}
+            self.meta["duration_ms"] = round(self.clock.now_ms(), 1)
+            self.meta["observer_errors"] = self.bus.observer_errors
+            self.record.finish(self.timeline, self.meta)
+        return self.ended

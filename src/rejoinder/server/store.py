@@ -1,0 +1,103 @@
+"""Where live calls are recorded: one folder per call, in the same timeline format as
+``rejoinder call`` (``timeline.jsonl``: every event, then one ``turn`` summary line per turn).
+
+Folder ``<root>/<UTC time>-<transport>-<call_id>/`` holds:
+
+* ``timeline.jsonl`` — written as the call goes (flushed per line);
+* ``caller.wav`` — the caller's audio as the server received it (16 kHz mono); its first sample is
+  at ``caller_origin_ms`` on the call clock;
+* ``agent.wav`` — the agent's audio as the server played it out (16 kHz mono, silence included);
+  its first sample is at ``agent_origin_ms``;
+* ``call.json`` — transport, client facts, clock-sync quality, how the call ended, turn summaries.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..timeline import Timeline
+
+_BLOCK = 16000  # samples buffered before a WAV write (1 s)
+
+
+class _Wav:
+    def __init__(self, path: Path) -> None:
+        import soundfile as sf
+        self._sf = sf.SoundFile(str(path), "w", samplerate=16000, channels=1, subtype="PCM_16")
+        self._buf = np.zeros(_BLOCK, dtype=np.int16)
+        self._fill = 0
+
+    def write(self, pcm: np.ndarray) -> None:
+        n = len(pcm)
+        if self._fill + n > _BLOCK:
+            self.flush()
+        self._buf[self._fill:self._fill + n] = pcm
+        self._fill += n
+
+    def flush(self) -> None:
+        if self._fill:
+            self._sf.write(self._buf[:self._fill])
+            self._sf.flush()
+            self._fill = 0
+
+    def close(self) -> None:
+        self.flush()
+        self._sf.close()
+
+
+class CallRecord:
+    """The records of one call (all no-ops when ``folder`` is None)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.timeline_path = folder / "timeline.jsonl" if folder else None
+        self.caller_origin_ms: float | None = None
+        self.agent_origin_ms: float | None = None
+        self._caller = _Wav(folder / "caller.wav") if folder else None
+        self._agent = _Wav(folder / "agent.wav") if folder else None
+        self.summaries: list[dict[str, Any]] = []
+
+    def caller(self, frame: np.ndarray) -> None:
+        if self._caller is not None:
+            self._caller.write(frame)
+
+    def agent(self, frame: np.ndarray, t_ms: float) -> None:
+        if self.agent_origin_ms is None:
+            self.agent_origin_ms = t_ms
+        if self._agent is not None:
+            self._agent.write(frame)
+
+    def finish(self, timeline: Timeline, meta: dict[str, Any]) -> None:
+        """Write the per-turn summaries and ``call.json``; close every file."""
+        self.summaries = [r.summary() for r in timeline.records()]
+        for s in self.summaries:
+            timeline.write_event({"type": "turn", **s})
+        timeline.close()
+        for w in (self._caller, self._agent):
+            if w is not None:
+                w.close()
+        if self.folder is not None:
+            doc = {**meta, "caller_origin_ms": self.caller_origin_ms,
+                   "agent_origin_ms": self.agent_origin_ms, "turns": self.summaries}
+            (self.folder / "call.json").write_text(json.dumps(doc, indent=1, default=str),
+                                                   encoding="utf-8")
+
+
+class CallStore:
+    """Creates one :class:`CallRecord` per call under ``root`` (None: keep nothing on disk)."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+
+    def open(self, call_id: str, transport: str) -> CallRecord:
+        if self.root is None:
+            return CallRecord(None)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        folder = self.root / f"{stamp}-{transport}-{call_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return CallRecord(folder)
