@@ -68,6 +68,8 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
             cfg.stack.tts = tts
         if llm:
             cfg.stack.llm = llm
+        from .adapters.registry import validate
+        validate(cfg.stack)
         agent = Agent(cfg)
 
         async def main():

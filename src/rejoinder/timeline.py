@@ -137,7 +137,7 @@ class Timeline:
             rec = self.turn(event.turn_id)
             rec.recoveries.append({"stage": event.stage, "action": event.action,
                                    "reason": event.reason, "t_ms": event.t_ms})
-            if rec.status == "completed":
+            if rec.status == "completed" and event.action != "ungrounded":
                 rec.status = "recovered"
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)

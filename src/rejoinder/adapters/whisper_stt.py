@@ -111,13 +111,14 @@ class WhisperSTT:
         model_dir: a CTranslate2 Whisper folder (default: :func:`prepare_whisper_model`).
         cpu_threads: CTranslate2 intra-op threads (default 2).
         compute_type: CTranslate2 compute type (default "int8").
-        short_window: encode a window of ``max(min_window_s, utterance rounded up to 1 s)``
-            instead of Whisper's fixed 30 s window (CTranslate2 accepts fewer than 3000 feature
-            frames) — about 3–4× faster for short utterances. Utterances longer than 30 s always
-            use the standard path.
-        min_window_s: shortest short window in seconds (default 8). Windows much shorter than
-            this make Whisper repeat itself ("8 8 8 8 ..."): it has not seen enough trailing
-            silence to emit end-of-text.
+        short_window: encode a window of ``max(min_window_s, utterance + 2 s, rounded up to
+            1 s)`` instead of Whisper's fixed 30 s window (CTranslate2 accepts fewer than 3000
+            feature frames). Measured on 2 cores: median ≈ 0.17–0.20 s instead of ≈ 0.70–0.77 s
+            per Asterisk prompt, same WER (5.5 % on 60 prompts, 2 % on digits/prompts). A decode
+            that loops (a phrase repeated, or the token cap reached) is discarded and the
+            utterance is re-run on the standard 30 s path. Utterances > 30 s always use it.
+        min_window_s: shortest short window in seconds (default 8). Shorter windows make Whisper
+            repeat itself ("8 8 8 8 ...") far more often.
         initial_prompt: text the decoder sees as "previous text" (biases vocabulary/style).
         hotwords: words to bias towards (e.g. "zero one two ... nine", menu items).
         language: language code (default "en").

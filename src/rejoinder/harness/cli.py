@@ -1,7 +1,318 @@
-"""CLI commands of this subpackage (registered on the main typer app)."""
+"""CLI commands of the harness: ``bench``, ``runs …``, ``report``, ``scenarios``.
+
+Registered on the main typer app by :mod:`rejoinder.cli`. Heavy imports (models, plotly) happen
+inside the commands so ``rejoinder --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import RejoinderError
+
+err = Console(stderr=True)
+out = Console()
+
+STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
+                         help="run store file (default: runs.sqlite in the user data directory)")
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def _open(store: Optional[Path]):
+    from .store import RunStore
+    return RunStore(store)
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers like 1,2,4, got {text!r}")
+    if not levels or any(n < 1 for n in levels):
+        raise typer.BadParameter("concurrency levels must be ≥ 1")
+    return levels
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """Two compact tables (latency; resources) per concurrency level, then capacity and failures."""
+    from ..timeline import SEGMENTS
+    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency (ms) by N calls at once",
+                box=box.SIMPLE_HEAD)
+    for h in ("N", "turns", "p50", "p90", "p95", "p99", "largest seg.", "stalls", "tasks ok"):
+        lat.add_column(h, justify="left" if h == "largest seg." else "right")
+    res = Table(title="resources (CPU% of one core = 100)", box=box.SIMPLE_HEAD)
+    for h in ("N", "calls", "wall s", "CPU%", "machine busy%", "RSS peak MB", "callers' CPU", "loop lag p99"):
+        res.add_column(h, justify="right")
+    for lv in summary["levels"]:
+        v, r = lv["v2v_ms"], lv.get("resources") or {}
+        largest = max(SEGMENTS, key=lambda sname: lv["segments"][sname]["p50"] or 0.0)
+        ok = lv["task_success_rate"]
+        lat.add_row(str(lv["concurrency"]), str(lv["turns"].get("answered", 0)), *(_f(v[q]) for q in
+                    ("p50", "p90", "p95", "p99")), largest,
+                    f"{lv['stalls']['count']}/{lv['stalls']['total_ms']:.0f}ms",
+                    "—" if ok is None else f"{100 * ok:.0f}%")
+        share = r.get("caller_cpu_share")
+        res.add_row(str(lv["concurrency"]), str(lv["calls"]), _f(r.get("wall_s")), _f(r.get("cpu_pct")),
+                    _f(r.get("machine_busy_pct")), _f(r.get("rss_peak_mb")),
+                    "—" if share is None else f"{100 * share:.2f}%", _f((r.get("loop_lag_ms") or {}).get("p99")))
+    out.print(lat)
+    out.print(res)
+    cap = summary["capacity"]
+    if cap.get("concurrency") is not None:
+        out.print(f"capacity: up to [bold]{cap['concurrency']}[/] call(s) at once keep V2V p95 within "
+                  f"{cap['factor']}× the single-level p95 ({cap['base_p95_ms']:.0f} ms → limit {cap['limit_ms']:.0f} ms)")
+    fails: dict[str, int] = {}
+    for lv in summary["levels"]:
+        for name, ts in lv["task_success"].items():
+            fails[name] = fails.get(name, 0) + ts["n"] - ts["ok"]
+    bad = {k: v for k, v in fails.items() if v}
+    if bad:
+        out.print("failed tasks: " + ", ".join(f"{k} ×{v}" for k, v in bad.items())
+                  + "  (see `rejoinder runs show` / the report)")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this subpackage's commands to ``app``."""
+    """Add the harness commands to ``app``."""
+    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True)
+    app.add_typer(runs, name="runs")
+
+    @app.command()
+    def bench(suite: Optional[str] = typer.Argument(None, help="suite name, folder or scenario file "
+                                                    "(default: the bundled 'reference' suite)"),
+              concurrency: str = typer.Option("1,2,4", help="comma-separated levels: calls at once"),
+              repeat: int = typer.Option(1, min=1, help="times each worker plays the suite per level"),
+              scenarios: Optional[str] = typer.Option(None, help="only these scenario names (comma-separated)"),
+              config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+              tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
+              llm: Optional[str] = typer.Option(None, help="LLM adapter"),
+              hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
+              network: Optional[str] = typer.Option(None, help="network-profile label"),
+              note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
+              store: Optional[Path] = STORE_OPT,
+              artifacts: Optional[Path] = typer.Option(None, help="per-call timelines/transcripts folder "
+                                                       "(default: beside the store)"),
+              keep_audio: bool = typer.Option(False, help="keep each call's stereo recording"),
+              call_timeout: float = typer.Option(600.0, help="seconds before a call counts as failed"),
+              report: Optional[Path] = typer.Option(None, help="also write the HTML report here"),
+              json_out: bool = typer.Option(False, "--json", help="print the JSON summary on stdout")) -> None:
+        """Run the suite at each concurrency level and store the run (N calls at once in this process)."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from . import conditions as cond_mod
+        from .bench import BenchOptions, run_bench
+        from .suite import load_suite, scenario_hash
+        from .summary import run_summary
+        levels = _levels(concurrency)
+        try:
+            from ..agent import Agent
+            from ..config import load_config
+            label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
+            cfg = load_config(config)
+            if tts:
+                cfg.stack.tts = tts
+            if llm:
+                cfg.stack.llm = llm
+            if hosting:
+                cfg.hosting = hosting
+            if network:
+                cfg.network = network
+            st = _open(store)
+        except RejoinderError as exc:
+            _fail(exc)
+        hashes = {sc.name: scenario_hash(sc) for sc in scs}
+        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label)
+        run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
+        if note:
+            st.add_note(run_id, note)
+        total = sum(levels) * len(scs) * repeat
+        err.print(f"run [bold]{run_id}[/] · {len(scs)} scenario(s) × levels {levels} × {repeat} → {total} calls "
+                  f"· store {st.path}")
+        failed = 0
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err) as progress:
+            task = progress.add_task("loading models…", total=total)
+
+            def on_call(rec: dict[str, Any]) -> None:
+                nonlocal failed
+                failed += 0 if rec["success"] else 1
+                progress.update(task, advance=1, description=f"{rec['concurrency']} at once · "
+                                f"{failed} failed task(s)")
+
+            opts = BenchOptions(levels=levels, repeat=repeat, hashes=hashes, on_call=on_call,
+                                artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
+                                call_timeout_s=call_timeout)
+            try:
+                status = asyncio.run(run_bench(Agent(cfg), scs, st, run_id, opts))
+            except KeyboardInterrupt:
+                err.print(f"[yellow]interrupted[/]: every finished call of run {run_id} is stored")
+                raise typer.Exit(130)
+            except RejoinderError as exc:
+                _fail(exc)
+        summary = run_summary(st, run_id)
+        if report:
+            from .report import write_report
+            err.print(f"report: {write_report(st, run_id, report)}")
+        if json_out:
+            print(json.dumps(summary, indent=2, default=str))
+        else:
+            print_summary(summary)
+        err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder report {run_id}` for the plots")
+
+    @runs.command("list")
+    def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[Path] = STORE_OPT,
+                  json_out: bool = typer.Option(False, "--json")) -> None:
+        """The newest runs: status, suite, levels, calls and task success."""
+        try:
+            rows = _open(store).runs(limit)
+        except RejoinderError as exc:
+            _fail(exc)
+        if json_out:
+            print(json.dumps([{k: r[k] for k in ("id", "started_at", "ended_at", "status", "suite",
+                                                 "n_calls", "n_ok")} for r in rows], indent=2))
+            return
+        t = Table(title="runs")
+        for h in ("run", "started", "status", "suite", "tts", "levels", "calls", "ok"):
+            t.add_column(h)
+        for r in rows:
+            c = r["conditions"]
+            t.add_row(r["id"], r["started_at"][:19], r["status"], str(r.get("suite") or ""),
+                      str(((c.get("config") or {}).get("stack") or {}).get("tts", "")),
+                      ",".join(map(str, c.get("concurrency", []))), str(r["n_calls"]), str(r["n_ok"] or 0))
+        out.print(t)
+
+    @runs.command("show")
+    def runs_show(run: str = typer.Argument("last", help="run id, unique prefix, or last / last~N"),
+                  store: Optional[Path] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+        """A run's summary per level, its notes and its failed checks."""
+        from .summary import run_summary
+        try:
+            st = _open(store)
+            info, summary = st.run(run), run_summary(st, run)
+        except RejoinderError as exc:
+            _fail(exc)
+        if json_out:
+            print(json.dumps({"run": info, "summary": summary}, indent=2, default=str))
+            return
+        c = info["conditions"]
+        code = c.get("code", {})
+        out.print(f"[bold]{info['id']}[/] {info['status']} · {info['started_at']} → {info.get('ended_at')}\n"
+                  f"command: {info.get('command')}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
+                  f"rejoinder {code.get('rejoinder')} · hosting {c.get('hosting')} · network {c.get('network')}\n"
+                  f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
+                  f" · stack: {json.dumps((c.get('config') or {}).get('stack'))}")
+        print_summary(summary)
+        for n in info["notes"]:
+            out.print(f"note {n['at'][:19]}: {n['text']}")
+        for call in st.calls(info["id"]):
+            for f in call["failures"]:
+                out.print(f"[red]✗[/] {call['concurrency']} at once · {call['scenario']}: {f}")
+
+    @runs.command("search")
+    def runs_search(text: str = typer.Argument(..., help='words (all required), or FTS5 syntax: "a phrase", OR, prefix*'),
+                    store: Optional[Path] = STORE_OPT, limit: int = typer.Option(30),
+                    json_out: bool = typer.Option(False, "--json")) -> None:
+        """Full-text search over transcripts, failure reasons, notes and run conditions."""
+        try:
+            hits = _open(store).search(text, limit)
+        except RejoinderError as exc:
+            _fail(exc)
+        if json_out:
+            print(json.dumps(hits, indent=2))
+            return
+        t = Table(title=f"search: {text}")
+        for h in ("run", "call", "kind", "match"):
+            t.add_column(h, overflow="fold")
+        for h in hits:
+            t.add_row(h["run_id"], h["call_id"] or "", h["kind"], h["snippet"])
+        out.print(t if hits else "no matches")
+
+    @runs.command("note")
+    def runs_note(run: str = typer.Argument(...), text: str = typer.Argument(...),
+                  store: Optional[Path] = STORE_OPT) -> None:
+        """Attach a free-text note to a run (searchable)."""
+        try:
+            st = _open(store)
+            st.add_note(run, text)
+        except RejoinderError as exc:
+            _fail(exc)
+        err.print(f"noted on {st.resolve(run)}")
+
+    @runs.command("compare")
+    def runs_compare(a: str = typer.Argument(..., help="run A (baseline)"), b: str = typer.Argument(..., help="run B"),
+                     concurrency: Optional[int] = typer.Option(None, help="only this level"),
+                     min_ms: float = typer.Option(10.0, help="smallest difference worth calling real"),
+                     store: Optional[Path] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+        """Every boundary side by side: medians, Δ (B − A), bootstrap 95 % CI, and which are real."""
+        from .compare import compare_runs
+        try:
+            res = compare_runs(_open(store), a, b, concurrency=concurrency, min_ms=min_ms)
+        except RejoinderError as exc:
+            _fail(exc)
+        if json_out:
+            print(json.dumps(res, indent=2, default=str))
+            return
+        if res["conditions_differ"]:
+            out.print("[bold]conditions that differ[/] (A → B):")
+            for d in res["conditions_differ"][:25]:
+                out.print(f"  {d['key']}: {json.dumps(d['a'], default=str)[:80]} → {json.dumps(d['b'], default=str)[:80]}")
+        for lv in res["levels"]:
+            t = Table(title=f"{res['a']} (A) vs {res['b']} (B) · {lv['concurrency']} call(s) at once · ms")
+            for h in ("boundary", "median A", "median B", "Δ B−A", "95% CI", "n A/B", "verdict"):
+                t.add_column(h)
+            for r in lv["rows"]:
+                ci = "—" if r["ci95"][0] is None else f"[{r['ci95'][0]:.0f}, {r['ci95'][1]:.0f}]"
+                colour = {"real": "bold green", "no difference": "dim"}.get(r["verdict"], "")
+                t.add_row(r["boundary"], _f(r["median_a"]), _f(r["median_b"]), _f(r["diff"], True), ci,
+                          f"{r['n_a']}/{r['n_b']}", f"[{colour}]{r['verdict']}[/]" if colour else r["verdict"])
+            out.print(t)
+            out.print("real differences: " + (", ".join(lv["real"]) or "none")
+                      + f"  (family-wise 95 % CI excludes 0 and |Δ| ≥ {res['min_ms']:.0f} ms)")
+
+    @app.command()
+    def report(run: str = typer.Argument("last", help="run id, unique prefix, or last"),
+               out_path: Optional[Path] = typer.Option(None, "--out", help="HTML file to write"),
+               store: Optional[Path] = STORE_OPT) -> None:
+        """Write one self-contained HTML report (plots + conditions) and print the summary table."""
+        from .report import write_report
+        from .summary import run_summary
+        try:
+            st = _open(store)
+            path = write_report(st, run, out_path)
+            print_summary(run_summary(st, run))
+        except RejoinderError as exc:
+            _fail(exc)
+        err.print(f"report: {path.resolve()}")
+
+    @app.command("scenarios")
+    def scenarios_cmd(suite: Optional[str] = typer.Argument(None, help="suite name, folder or file")) -> None:
+        """Validate a suite and list its scenarios (default: the bundled 'reference' suite)."""
+        from .suite import load_suite
+        try:
+            label, scs = load_suite(suite)
+        except RejoinderError as exc:
+            _fail(exc)
+        t = Table(title=f"suite {label}")
+        for h in ("scenario", "turns", "tags", "description"):
+            t.add_column(h, overflow="fold")
+        for sc in scs:
+            t.add_row(sc.name, str(len(sc.turns)), ",".join(sc.tags), sc.description)
+        out.print(t)
+
+
+def _f(v: Any, signed: bool = False) -> str:
+    if v is None:
+        return "—"
+    return f"{v:+.0f}" if signed else f"{v:.0f}"

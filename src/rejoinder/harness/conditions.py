@@ -104,7 +104,7 @@ def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repe
         version = metadata.version("rejoinder")
     except metadata.PackageNotFoundError:
         version = None
-    config = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else cfg
+    config = redact(cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else cfg)
     return {
         "code": {**git_state(), "rejoinder": version},
         "software": {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
@@ -120,6 +120,19 @@ def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repe
         "suite": suite,
         "scenarios": scenarios,
     }
+
+
+_SECRET = ("api_key", "apikey", "token", "secret", "password")
+
+
+def redact(obj: Any) -> Any:
+    """A copy of ``obj`` with secret-looking values (``api_key``, ``token`` …) replaced."""
+    if isinstance(obj, dict):
+        return {k: ("<redacted>" if v and any(s in str(k).lower() for s in _SECRET) else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
 
 
 def differences(a: dict[str, Any], b: dict[str, Any], prefix: str = "",

@@ -127,6 +127,8 @@ def level_rows(summary: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+SHORT_HEADERS = ["N", "calls", "turns", "p50", "p90", "p95", "p99", "largest", "stalls", "ok", "CPU%",
+                 "RSS MB", "callers CPU", "lag p99"]
 LEVEL_HEADERS = ["calls at once", "calls", "turns", "V2V p50", "p90", "p95", "p99", "largest (p50)",
                  "stalls", "task success", "CPU % (1 core=100)", "RSS peak MB", "callers' CPU share",
                  "loop lag p99 ms"]

@@ -25,7 +25,8 @@ def _clean(values: Iterable[float | None]) -> np.ndarray:
 
 
 def percentiles(values: Iterable[float | None], qs: Sequence[float] = QUANTILES) -> dict[str, float | None]:
-    """``{"p50": …, "p90": …}`` of ``values`` (``None`` entries and NaNs ignored); ``None`` when empty."""
+    """``{"p50": …, "p90": …}`` of ``values`` (``None`` entries and NaNs ignored), rounded to the
+    microsecond; ``None`` when empty."""
     arr = _clean(values)
     if arr.size == 0:
         return {f"p{q:g}": None for q in qs}

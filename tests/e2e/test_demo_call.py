@@ -1,0 +1,90 @@
+"""End to end on the embedded stack: the bundled real-speech call, real models, real time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from rejoinder.events import BOUNDARIES
+
+PER_TURN = ("user_speech_start", "user_speech_end", "eot_decided", "transcript_final",
+            "first_speakable_text", "tts_request", "tts_first_audio", "first_audio_out",
+            "playback_start", "playback_end")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run([sys.executable, "-m", "rejoinder.cli", "demo", "--json", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    turns = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return out, turns
+
+
+def test_demo_stamps_every_boundary_and_segments_sum_to_v2v(demo):
+    out, turns = demo
+    assert len(turns) == 3
+    for t in turns:
+        assert t["status"] == "completed", t
+        for name in PER_TURN:
+            assert name in t["boundaries"], (t["turn_id"], name)
+        assert "user_speech_end" not in t["estimated"]  # truth from the caller's own audio
+        assert abs(sum(t["segments"].values()) - t["v2v_ms"]) <= 1.0
+        assert 0 < t["v2v_ms"] < 5000
+    order_turn = turns[1]
+    assert order_turn["tools"][0]["name"] == "lookup_order"
+    assert order_turn["tools"][0]["args"] == {"order_id": "4217"}
+    assert "4217" in order_turn["heard_text"]
+    assert {"llm_request", "tool_start", "tool_end"} <= set(order_turn["boundaries"])
+
+
+def test_demo_recording_plays_the_exchange_with_true_timing(demo):
+    out, turns = demo
+    audio, rate = sf.read(out / "call.wav", dtype="int16")
+    assert rate == 16000 and audio.ndim == 2 and audio.shape[1] == 2
+    timeline = [json.loads(x) for x in (out / "timeline.jsonl").read_text().splitlines()]
+    names = {e.get("name") for e in timeline if e["type"] == "Boundary"}
+    assert names <= set(BOUNDARIES)
+    for t in turns:
+        b = t["boundaries"]
+        # the agent channel is silent before playback_start and voiced right after it
+        start = int(b["playback_start"] * rate / 1000)
+        before = np.abs(audio[max(0, start - 1600):start - 16, 1].astype(np.int32)).max()
+        after = np.abs(audio[start:start + 1600, 1].astype(np.int32)).max()
+        assert before < 328 <= after
+        # the caller channel is voiced at its truth user_speech_end and silent 200 ms later
+        end = int(b["user_speech_end"] * rate / 1000)
+        assert np.abs(audio[end - 160:end, 0].astype(np.int32)).max() >= 328
+    transcript = (out / "transcript.txt").read_text()
+    assert "4217" in transcript or "4, 2, 1, 7" in transcript
+
+
+def test_bad_inputs_get_clear_errors(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "rejoinder.cli", *args], capture_output=True,
+                              text=True, timeout=120)
+    missing = run("call", str(tmp_path / "nope.wav"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    fake = tmp_path / "notes.wav"
+    fake.write_text("this is not audio")
+    bad = run("call", str(fake), "--out", str(tmp_path / "o1"))
+    assert bad.returncode == 2 and "notes.wav" in bad.stderr
+    silent = tmp_path / "silent.wav"
+    sf.write(silent, np.zeros(16000, dtype=np.int16), 16000)
+    res = run("call", str(silent), "--out", str(tmp_path / "o2"))
+    assert res.returncode == 2 and "silent" in res.stderr.lower()
+    scen = tmp_path / "bad.yaml"
+    scen.write_text("name: x\nturns:\n  - audio:\n      - asterisk: hello\n    after_agent_ms: -5\n")
+    res = run("call", str(scen))
+    assert res.returncode == 2 and "bad.yaml:5" in res.stderr and "after_agent_ms" in res.stderr
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("stack:\n  tts: kokoro\n")
+    res = run("call", str(silent), "--config", str(cfg))
+    assert res.returncode == 2 and "kokoro" in res.stderr and "espeak" in res.stderr
