@@ -96,3 +96,30 @@ def test_fault_spec_parsing_and_errors():
         parse_faults("db:drop")
     with pytest.raises(ConfigError, match="expected stage:kind"):
         parse_faults("tts:drop@x")
+
+
+async def test_stt_failure_is_retried_then_answered_with_a_recovery_line():
+    from rejoinder.adapters.faults import FaultySTT
+    from rejoinder.session import DIDNT_CATCH
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Where is my order?"], tokens=TOKENS)
+    stack.stt = FaultySTT(stack.stt, parse_faults("stt:error"), clock)  # every request fails
+    app = ScriptedApp("Your order has shipped,")
+    res, recs = await run(stack, app, clock)
+    assert [(r.stage, r.action) for r in recs] == [("stt", "retry"), ("stt", "recovery_line")]
+    assert app.planned == []  # nothing was planned on a transcript that never came
+    assert words(app.heard_log[0]) == words(DIDNT_CATCH)
+
+
+async def test_stt_failing_once_recovers_on_retry():
+    from rejoinder.adapters.faults import FaultySTT
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Where is my order?"], tokens=TOKENS)
+    flaky = FaultySTT(stack.stt, parse_faults("stt:error%0.5"), clock, seed=3)
+    stack.stt = flaky
+    app = ScriptedApp("Your order has shipped,")
+    res, recs = await run(stack, app, clock)
+    fired = len(flaky.injector.fired)
+    assert app.planned == ["Where is my order?"]
+    assert fired == 1  # seed 3: the first request fails, the retry succeeds
+    assert [r.action for r in recs if r.stage == "stt"] == ["retry"]

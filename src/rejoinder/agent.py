@@ -16,7 +16,8 @@ from typing import Any
 from .adapters.registry import BUILDERS, build_stack, validate
 from .caller import RenderedTurn, render_turns
 from .callrun import CallResult, run_call
-from .clock import Clock
+from .adapters.faults import FaultyLLM, FaultySTT, FaultyTTS, parse_faults
+from .clock import Clock, RealClock
 from .config import AgentConfig
 from .errors import AudioInputError
 from .events import EventBus
@@ -30,6 +31,9 @@ class Agent:
     def __init__(self, cfg: AgentConfig | None = None) -> None:
         self.cfg = cfg or AgentConfig()
         self._stack = None
+        self._calls = 0
+        if self.cfg.faults:
+            parse_faults(self.cfg.faults)  # a malformed spec fails before any model loads
         self._dbdir = Path(tempfile.mkdtemp(prefix="rejoinder-db-"))
 
     async def warmup(self) -> None:
@@ -50,13 +54,23 @@ class Agent:
     def models(self):
         return self._stack
 
-    def new_stack(self) -> Stack:
+    def new_stack(self, clock: Clock | None = None) -> Stack:
         """Ports for one call: shared models, a fresh VAD."""
         if self._stack is None:
             raise RuntimeError("call Agent.warmup() first")
         s = self._stack
-        return Stack(vad=type(s.vad)(), turn=s.turn, stt=s.stt, llm=s.llm, tts=s.tts,
-                     backup_tts=self._backup_tts)
+        clock = clock or RealClock()
+        stack = Stack(vad=type(s.vad)(), turn=s.turn, stt=s.stt, llm=s.llm, tts=s.tts,
+                      backup_tts=self._backup_tts)
+        if self.cfg.faults:  # wrap the ports once; the timing wrappers sit outside these
+            faults = parse_faults(self.cfg.faults)
+            self._calls += 1
+            seed = self.cfg.fault_seed * 100003 + self._calls
+            if stack.llm is not None:
+                stack.llm = FaultyLLM(stack.llm, faults, clock, seed)
+            stack.tts = FaultyTTS(stack.tts, faults, clock, seed + 1)
+            stack.stt = FaultySTT(stack.stt, faults, clock, seed + 2)
+        return stack
 
     def new_app(self, caller_phone: str | None, call_id: str) -> Any:
         """A support assistant over a fresh demo database for one call."""
@@ -73,7 +87,8 @@ class Agent:
         await self.warmup()
         call_id = call_id or uuid.uuid4().hex[:12]
         app = self.new_app(caller_phone, call_id)
-        result = await run_call(turns, self.new_stack(), app, out_dir=out_dir, clock=clock,
+        clock = clock or RealClock()
+        result = await run_call(turns, self.new_stack(clock), app, out_dir=out_dir, clock=clock,
                                 policy=self.cfg.turns, recovery=self.cfg.recovery,
                                 call_id=call_id, bus=bus, tail_ms=tail_ms)
         result.app = app

@@ -60,8 +60,8 @@ def voiced_span(pcm: np.ndarray, level: int = 328, block: int = 160) -> tuple[in
 async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
     """Render every turn's segments to one int16 16 kHz array each.
 
-    ``caller_tts`` is a TTS port for ``say`` segments (espeak-ng by default — a voice unlike the
-    agent's). Raises AudioInputError for unusable files, ScenarioError for missing prompts.
+    ``caller_tts`` is a TTS port for ``say`` segments (default: espeak-ng with the scenario's
+    ``caller_voice`` at ``caller_rate`` — slower and unlike the agent's voice). Raises AudioInputError for unusable files, ScenarioError for missing prompts.
     """
     from pathlib import Path
     out: list[RenderedTurn] = []
@@ -74,7 +74,7 @@ async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
             elif seg.say is not None:
                 if caller_tts is None:
                     from .adapters.espeak_tts import EspeakTTS
-                    caller_tts = EspeakTTS(voice="en-us+f3")
+                    caller_tts = EspeakTTS(voice=sc.caller_voice, rate=sc.caller_rate)
                 pcs = [p.pcm async for p in caller_tts.stream(seg.say)]
                 x = np.concatenate(pcs).astype(np.float32) / 32768.0
                 parts.append(to_int16(resample(x, caller_tts.sample_rate, RATE)))

@@ -24,6 +24,9 @@ class AgentConfig(BaseModel):
     turns: TurnPolicy = Field(default_factory=TurnPolicy)
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     backup_tts: str | None = Field("espeak", description="TTS used when the primary fails mid-reply")
+    faults: str | None = Field(None, description="fault injection spec (rejoinder.adapters.faults), "
+                               "e.g. 'tts:drop@1%0.3' or 'default'")
+    fault_seed: int = 0
     hosting: str = Field("embedded-cpu", description="hosting-arrangement label, e.g. 'embedded-cpu'")
     network: str = Field("loopback", description="network-profile label")
 

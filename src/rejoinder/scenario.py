@@ -106,6 +106,8 @@ class Scenario(BaseModel):
         default_factory=dict, description="{table: {row id: {column: value}}} at the end of the call")
     only_expected_tools: bool = False
     agent_silent: bool = False
+    caller_voice: str = Field("en-us+m1", description="espeak-ng voice of the say: segments (not the agent's)")
+    caller_rate: int = Field(140, ge=80, le=450, description="words per minute of the caller voice")
     tags: list[str] = Field(default_factory=list)
     path: str | None = None
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .audio_io import resample
-from .events import AgentSpeech, ErrorEvent, ToolCallEvent, TranscriptEvent, TurnDecision
+from .events import AgentSpeech, ErrorEvent, Recovery, ToolCallEvent, TranscriptEvent, TurnDecision
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
 from .reply import RecoveryPolicy, Reply
@@ -29,6 +29,7 @@ from .vad import VadTracker
 LINE_RATE = 16000
 PREROLL_MS = 300.0
 TAIL_MS = 120.0
+DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
 _DIGIT_WORDS = {"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
 
 
@@ -141,6 +142,8 @@ class Session:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
+            if stage.startswith("stt"):
+                return  # awaited and recovered by _final_transcript
             self.st.emit(ErrorEvent(stage, repr(exc), False, self.st.now(), self.st.call_id, turn_id))
             self.errors.append(exc)
             if stage == "reply":  # a failed reply must not leave the agent stuck in "thinking"
@@ -235,13 +238,31 @@ class Session:
         self._perform(self.taker.eot_result(turn_id, p, self.st.now()))
 
     # --- the reply ---------------------------------------------------------------------------
-    async def _reply(self, turn_id: int) -> None:
+    async def _final_transcript(self, turn_id: int) -> str | None:
+        """The turn's transcript: the speculative one, else one retry; watchdog
+        ``promote_interim_ms`` (STT without a final). None when STT could not deliver."""
         end_ms, stt_task = self._spec[turn_id]
-        try:
-            text = await asyncio.shield(stt_task)
-        except Exception as exc:
-            self.st.emit(ErrorEvent("stt", repr(exc), False, self.st.now(), self.st.call_id, turn_id))
-            self._perform(self.taker.agent_done(turn_id, self.st.now()))
+        limit = self.policy.promote_interim_ms / 1000.0
+        for attempt in range(2):
+            try:
+                return await asyncio.wait_for(asyncio.shield(stt_task), limit)
+            except Exception as exc:  # failed or timed out: say so on the timeline, retry once
+                stt_task.cancel()
+                reason = "no final transcript in time" if isinstance(exc, TimeoutError) else repr(exc)
+                action = "retry" if attempt == 0 else "recovery_line"
+                self.st.emit(Recovery("stt", action, reason, "", self.st.now(), self.st.call_id, turn_id))
+                if attempt == 0:
+                    stt_task = self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry")
+                    self._spec[turn_id] = (end_ms, stt_task)
+        return None
+
+    async def _reply(self, turn_id: int) -> None:
+        text = await self._final_transcript(turn_id)
+        if text is None:
+            reply = Reply(self.st, turn_id, self.playout, self.stack.tts, None,
+                          backup_tts=self.stack.backup_tts, recovery=self.recovery)
+            self._speaking[turn_id] = reply
+            await reply.speak(DIDNT_CATCH, None)
             return
         self.st.stamp("transcript_final", turn_id, text=text)
         self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, turn_id))
