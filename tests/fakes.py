@@ -143,18 +143,29 @@ class ScriptedApp:
     then asks the LLM to continue. Records what the runtime reports as heard."""
 
     def __init__(self, first_clause: str = "Order 4217 has shipped,", use_llm: bool = True) -> None:
-        self.tools = {"lookup_order": _Tool(True)}
+        self.tools = {"lookup_order": _Tool(True), "cancel_order": _Tool(False)}
+        self.tool = "lookup_order"
+        self.executed: list[str] = []
+        self.compensated: list[str] = []
         self.first_clause = first_clause
         self.use_llm = use_llm
         self.planned: list[str] = []
         self.heard_log: list[str] = []
 
-    def plan(self, text: str) -> _Plan:
+    def plan(self, text: str, commit: bool = True) -> _Plan:
+        if commit:
+            self.planned.append(text)
+        return _Plan([_Call(self.tool, {"order_id": "4217", "text": text})])
+
+    def adopt(self, plan: _Plan, text: str) -> None:
         self.planned.append(text)
-        return _Plan([_Call("lookup_order", {"order_id": "4217"})])
 
     def execute(self, call: _Call) -> dict:
+        self.executed.append(call.args["text"])
         return {"status": "shipped"}
+
+    def compensate(self, call: _Call, result: dict) -> None:
+        self.compensated.append(call.args["text"])
 
     def compose(self, plan: _Plan, results: list) -> _Reply:
         req = LLMRequest(messages=(), prefix=self.first_clause) if self.use_llm else None

@@ -107,6 +107,8 @@ async def test_barge_in_cuts_audio_fast_and_keeps_only_heard_words():
     cut = first.stamps["interrupted_at"]
     onset_truth = second.stamps["user_speech_start"]
     assert 0 <= cut - onset_truth <= 150  # over-talk: caller starts → agent audio stops
+    assert len(res.overtalk_ms) == 1 and 0 < res.overtalk_ms[0] <= 150  # measured at the caller
+    assert res.overlapping_audio == 0 and res.unheard_context_words == 0
     # a partly heard chunk is kept in its spoken form, cut at the last whole word heard
     heard = app.heard_log[0].split()
     full = normalize_for_speech("Order 4217 has shipped," + "".join(many)).split()

@@ -21,7 +21,7 @@ import soundfile as sf
 
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
-from .events import AgentSpeech, Boundary, EventBus, TranscriptEvent
+from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
 from .reply import RecoveryPolicy
 from .session import Session, Stack
 from .stages import Stamper
@@ -66,6 +66,15 @@ class CallResult:
     transcript: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    overtalk_ms: list[float] = field(default_factory=list)
+    overlapping_audio: int = 0
+    unheard_context_words: int = 0
+    recoveries: int = 0
+
+    def recovery_gaps_ms(self) -> list[float]:
+        """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
+        return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries and
+                any(x["action"] != "ungrounded" for x in r.recoveries)]
 
 
 def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]]) -> None:
@@ -101,11 +110,17 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     lines: list[tuple[str, str]] = []
     tools: list[dict[str, Any]] = []
 
+    heard_words: list[int] = []
+    recoveries = [0]
+
     def on_event(ev) -> None:
         if isinstance(ev, TranscriptEvent) and ev.final and not ev.speculative:
             lines.append(("caller", ev.text))
         elif isinstance(ev, AgentSpeech):
             lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
+            heard_words.append(len(ev.heard_text.split()))
+        elif isinstance(ev, Recovery) and ev.action != "ungrounded":
+            recoveries[0] += 1
         elif isinstance(ev, Boundary) and ev.name == "tool_start":
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
 
@@ -113,8 +128,17 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     session = Session(st, stack, app, policy=policy, recovery=recovery)
     caller = SimulatedCaller(turns, tail_ms=tail_ms)
     rec = StereoRecorder(out_dir / "call.wav") if out_dir else None
+    context_words: list[int] = []
+    if hasattr(app, "heard"):  # what enters the LLM context, to check it against what was heard
+        inner_heard = app.heard
+
+        def heard_into_context(text: str) -> None:
+            context_words.append(len(text.split()))
+            inner_heard(text)
+        app.heard = heard_into_context
     error = None
     t = 0.0
+    over = _Overtalk()
     try:
         while not caller.done and t < max_ms:
             await clock.pace(t)
@@ -122,6 +146,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
             session.on_frame(frame, t)
             heard = session.tick_playout(t)
             caller.hear(heard, t)
+            over.observe(frame, heard, t)
             if rec:
                 rec.write(frame, heard)
             t += 1000.0 * FRAME / RATE
@@ -138,4 +163,32 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     if out_dir:
         (out_dir / "transcript.txt").write_text(
             "".join(f"{who}: {text}\n" for who, text in lines), encoding="utf-8")
-    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, lines, error, tools)
+    unheard = sum(max(0, c - h) for c, h in zip(context_words, heard_words))
+    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, lines, error, tools,
+                      over.episodes, session.playout.overlaps, unheard, recoveries[0])
+
+
+class _Overtalk:
+    """Caller-side over-talk: from the caller's first voiced sample spoken over audible agent
+    audio to the first frame in which the agent is silent at the caller's ear (20 ms resolution)."""
+
+    def __init__(self, level: int = 328) -> None:
+        self.level = level
+        self.episodes: list[float] = []
+        self._caller_quiet_since = 0.0
+        self._caller_voiced = False
+        self._since: float | None = None
+
+    def observe(self, caller: np.ndarray, agent: np.ndarray, t: float) -> None:
+        agent_on = int(np.abs(agent).max(initial=0)) >= self.level
+        caller_on = int(np.abs(caller).max(initial=0)) >= self.level
+        if self._since is not None and not agent_on:
+            self.episodes.append(t - self._since)
+            self._since = None
+        if caller_on and not self._caller_voiced and agent_on and t - self._caller_quiet_since >= 200:
+            loud = np.flatnonzero(np.abs(caller.astype(np.int32)) >= self.level)
+            self._since = t + 1000.0 * loud[0] / RATE
+        if caller_on != self._caller_voiced:
+            self._caller_voiced = caller_on
+            if not caller_on:
+                self._caller_quiet_since = t

@@ -56,13 +56,18 @@ class Playout:
         self.reply: ReplyAudio | None = None
         self.held = False
         self.held_at = 0.0
+        self.overlaps = 0
         self._silence = np.zeros(self.frame, dtype=np.int16)
         self._out = np.zeros(self.frame, dtype=np.int16)
         self.on_reply_done: Callable[[ReplyAudio, bool], None] | None = None
 
     # --- agent side ---------------------------------------------------------------------
     def begin(self, turn_id: int) -> ReplyAudio:
-        """Start a new reply; any previous one must have been ended or cleared."""
+        """Start a new reply; any previous one must have been ended or cleared. A reply begun
+        while another still has audio queued is counted in :attr:`overlaps` (the old one is
+        dropped: two agent voices are never mixed) — a non-zero count is a turn-taking bug."""
+        if self.reply is not None and self.reply.chunks:
+            self.overlaps += 1
         self.reply = ReplyAudio(turn_id)
         self.held = False
         return self.reply

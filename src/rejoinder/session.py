@@ -22,7 +22,7 @@ from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
 from .reply import RecoveryPolicy, Reply
 from .stages import Stamper
-from .turns import (CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
+from .turns import (State, CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
                     TurnPolicy, TurnTaker, is_backchannel)
 from .vad import VadTracker
 
@@ -85,7 +85,7 @@ class Session:
 
     def __init__(self, st: Stamper, stack: Stack, app: Any, *, policy: TurnPolicy | None = None,
                  max_seconds: float = 900.0, caller_side_playout: bool = True,
-                 recovery: RecoveryPolicy | None = None) -> None:
+                 recovery: RecoveryPolicy | None = None, tentative_tools: bool = True) -> None:
         self.st = st
         self.stack = stack
         self.app = app
@@ -102,6 +102,8 @@ class Session:
         self._spec: dict[int, tuple[float, asyncio.Task]] = {}  # turn → (end_ms, stt task)
         self._replies: dict[int, tuple[Reply | None, asyncio.Task]] = {}
         self._speaking: dict[int, Reply] = {}  # replies whose audio may be on the line
+        self._prepared: dict[int, tuple[str, Any, list]] = {}  # turn → tentative (text, plan, results)
+        self.tentative_tools = tentative_tools
         self._tasks: set[asyncio.Task] = set()
         self.errors: list[BaseException] = []
         self.closed = False
@@ -151,6 +153,8 @@ class Session:
 
     def _perform(self, actions: list) -> None:
         for a in actions:
+            if isinstance(a, (Speculate, CancelReply)):  # the tentative transcript is stale
+                self._undo_prepared(a.turn_id)
             if isinstance(a, OpenTurn):
                 self._onset[a.turn_id] = a.onset_ms
                 self.st.stamp("user_speech_start", a.turn_id, a.onset_ms, estimated=True)
@@ -209,7 +213,41 @@ class Session:
         if self._spec.get(turn_id, (None,))[0] == end_ms:  # still the latest pause
             self._perform(self.taker.transcript_result(turn_id, text_complete(text),
                                                        number_incomplete(text), self.st.now()))
+            if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
+                    and self.tentative_tools and text):
+                self._prepare(turn_id, end_ms, text)
         return text
+
+    # --- tentative work (commit policy) ---------------------------------------------------------
+    def _prepare(self, turn_id: int, end_ms: float, text: str) -> None:
+        """The turn is likely over but not committed: plan on the tentative transcript and run
+        its tools early — only if every one is reversible. Never speaks; see :meth:`_decide`."""
+        plan = self.app.plan(text, commit=False)
+        if not plan.tool_calls or any(not self.app.tools[c.name].reversible for c in plan.tool_calls):
+            return
+        results = [self._run_tool(turn_id, c, tentative=True) for c in plan.tool_calls]
+        self._prepared[turn_id] = (text, plan, results)
+
+    def _undo_prepared(self, turn_id: int) -> None:
+        """The tentative transcript changed: compensate the reversible tools that ran early."""
+        prepared = self._prepared.pop(turn_id, None)
+        if prepared is None:
+            return
+        _, plan, results = prepared
+        for call, result in zip(reversed(plan.tool_calls), reversed(results)):
+            self.app.compensate(call, result)
+            self.st.emit(ToolCallEvent(call.name, dict(call.args), True, self.st.now(),
+                                       self.st.call_id, turn_id, result={"compensated": True}))
+
+    def _run_tool(self, turn_id: int, call: Any, tentative: bool = False) -> Any:
+        tool = self.app.tools[call.name]
+        self.st.stamp("tool_start", turn_id, name=call.name, args=call.args,
+                      reversible=tool.reversible, tentative=tentative)
+        result = self.app.execute(call)
+        self.st.stamp("tool_end", turn_id, name=call.name)
+        self.st.emit(ToolCallEvent(call.name, dict(call.args), tool.reversible, self.st.now(),
+                                   self.st.call_id, turn_id, result=result))
+        return result
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         audio = self._segment(a.start_ms - 100.0, a.end_ms + TAIL_MS)
@@ -287,18 +325,19 @@ class Session:
             self.playout.end_reply(turn_id)
 
     def _decide(self, turn_id: int, text: str):
-        """Run the application's plan and tools (stamped), return (first clause, LLM request)."""
-        plan = self.app.plan(text)
-        results = []
-        for call in plan.tool_calls:
-            tool = self.app.tools[call.name]
-            self.st.stamp("tool_start", turn_id, name=call.name, args=call.args,
-                          reversible=tool.reversible)
-            result = self.app.execute(call)
-            self.st.stamp("tool_end", turn_id, name=call.name)
-            self.st.emit(ToolCallEvent(call.name, dict(call.args), tool.reversible, self.st.now(),
-                                       self.st.call_id, turn_id, result=result))
-            results.append(result)
+        """Plan the final transcript and run its tools (stamped) — reusing tools that already ran
+        on an identical tentative transcript, compensating them if the transcript changed.
+        Returns (first clause, LLM request, tail, guard)."""
+        prepared = self._prepared.pop(turn_id, None)
+        if prepared is not None and prepared[0] == text:
+            _, plan, results = prepared
+            self.app.adopt(plan, text)
+        else:
+            if prepared is not None:
+                self._prepared[turn_id] = prepared
+                self._undo_prepared(turn_id)
+            plan = self.app.plan(text)
+            results = [self._run_tool(turn_id, c) for c in plan.tool_calls]
         reply = self.app.compose(plan, results)
         return (reply.first_clause, reply.llm_request, getattr(reply, "tail", ""),
                 getattr(reply, "grounded", None))

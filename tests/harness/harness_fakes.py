@@ -21,9 +21,9 @@ def conditions(tts: str) -> dict:
 
 
 def synthetic_run(store, *, tts: str, seed: int, tts_shift_ms: float = 0.0, levels=(1, 2),
-                  calls_per_worker: int = 6, crash_after: int | None = None) -> str:
+                  calls_per_worker: int = 6, crash_after: int | None = None, queue_ms: float = 25.0) -> str:
     """A stored run whose segments follow known normal distributions; only ``tts_ttfb`` moves
-    with ``tts_shift_ms``. Each level adds 25 ms of queueing to the endpointing segment."""
+    with ``tts_shift_ms``. Each level adds ``queue_ms`` of queueing to the endpointing segment."""
     rng = np.random.default_rng(seed)
     run_id = store.begin_run(conditions(tts), suite="synthetic", command="test")
     written = 0
@@ -34,7 +34,7 @@ def synthetic_run(store, *, tts: str, seed: int, tts_shift_ms: float = 0.0, leve
             scenario = ("order-lookup", "reschedule")[k % 2]
             turns = []
             for t in range(1, 4):
-                segs = {"endpointing": max(0.0, rng.normal(300 + 25 * (n - 1), 40)),
+                segs = {"endpointing": max(0.0, rng.normal(300 + queue_ms * (n - 1), 40)),
                         "transcription": max(0.0, rng.normal(120, 20)),
                         "first_text": max(0.0, rng.normal(5, 1)),
                         "tts_ttfb": max(0.0, rng.normal(150 + tts_shift_ms, 25)),

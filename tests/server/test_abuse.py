@@ -155,3 +155,16 @@ async def test_no_hello_times_out(server, monkeypatch):
     monkeypatch.setattr(browser, "HELLO_TIMEOUT_S", 0.3)
     code, reason, got = await _refused(f"ws://{server.base}/ws")
     assert code == 4408 and "hello" in reason
+
+
+def test_token_is_generated_once_and_kept_private(tmp_path, monkeypatch):
+    from rejoinder.server.guard import TOKEN_ENV, resolve_token
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    path = tmp_path / "cfg" / "server-token"
+    token, source = resolve_token(None, path)
+    assert source == "generated" and len(token) >= 24
+    assert path.stat().st_mode & 0o077 == 0
+    assert resolve_token(None, path) == (token, str(path))
+    monkeypatch.setenv(TOKEN_ENV, "from-the-environment")
+    assert resolve_token(None, path)[0] == "from-the-environment"
+    assert resolve_token("from-the-flag", path)[0] == "from-the-flag"

@@ -63,3 +63,22 @@ async def test_barge_in_pauses_then_clears_client_playback(tmp_path):
     agent = client.of_type("agent")[0]
     assert agent["interrupted"] and 0 < len(agent["text"].split()) < 44
     assert meta["turns"][1]["v2v_ms"] is not None
+
+
+async def test_live_calls_are_recorded_in_the_harness_run_store(tmp_path):
+    from rejoinder.harness.store import RunStore
+    from helpers import TOKEN, ServerThread
+    from rejoinder.server.app import ServerConfig, create_app
+    db = tmp_path / "runs.sqlite"
+    cfg = ServerConfig(token=TOKEN, store_dir=tmp_path / "calls", run_store=db, record_runs=True)
+    with ServerThread(create_app(cfg, FakeProvider())) as srv:
+        client = BrowserLikeClient(f"ws://{srv.base}/ws")
+        await client.call(np.concatenate([silence(300), tone(800)]), tail_ms=3500)
+    with RunStore(db) as store:
+        [run] = store.runs()
+        assert run["suite"] == "live" and run["status"] == "finished"
+        [call] = store.calls(run["id"])
+        assert call["scenario"] == "live-browser" and call["success"]
+        [turn] = store.turns(run["id"])
+        assert turn["v2v_ms"] is not None
+        assert "playback_start" not in turn["estimated"]

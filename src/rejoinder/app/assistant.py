@@ -148,6 +148,12 @@ class SupportAssistant:
             self.history.add_user(text)
         return p
 
+    def adopt(self, plan: Plan, text: str) -> None:
+        """Commit a plan previewed with ``plan(text, commit=False)`` for the same final ``text``
+        (the runtime may already have run its reversible tools on the tentative transcript)."""
+        self.state = plan.state
+        self.history.add_user(text)
+
     def heard(self, text: str) -> None:
         """Record what the caller actually heard of the agent's reply (may be empty)."""
         self.history.add_assistant_heard(text)

@@ -27,7 +27,7 @@ STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}")
+    err.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False, markup=True)
     raise typer.Exit(2)
 
 
@@ -183,14 +183,15 @@ def register(app: typer.Typer) -> None:
             print(json.dumps([{k: r[k] for k in ("id", "started_at", "ended_at", "status", "suite",
                                                  "n_calls", "n_ok")} for r in rows], indent=2))
             return
-        t = Table(title="runs")
-        for h in ("run", "started", "status", "suite", "tts", "levels", "calls", "ok"):
-            t.add_column(h)
+        t = Table(title="runs", box=box.SIMPLE_HEAD)
+        for h in ("run", "started (UTC)", "status", "tts", "levels", "calls", "ok", "suite"):
+            t.add_column(h, no_wrap=h != "suite", overflow="fold")
         for r in rows:
             c = r["conditions"]
-            t.add_row(r["id"], r["started_at"][:19], r["status"], str(r.get("suite") or ""),
+            t.add_row(r["id"], r["started_at"][:16].replace("T", " "), r["status"],
                       str(((c.get("config") or {}).get("stack") or {}).get("tts", "")),
-                      ",".join(map(str, c.get("concurrency", []))), str(r["n_calls"]), str(r["n_ok"] or 0))
+                      ",".join(map(str, c.get("concurrency", []))), str(r["n_calls"]), str(r["n_ok"] or 0),
+                      str(r.get("suite") or ""))
         out.print(t)
 
     @runs.command("show")

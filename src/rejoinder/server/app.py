@@ -28,7 +28,7 @@ from .browser import BrowserLink, read_hello
 from .guard import CallSlots, MessageGuard
 from .live import LiveCall
 from .protocol import CallEnded, Close, error_message
-from .store import CallStore
+from .store import CallStore, LiveRuns
 from .twilio import TwilioLink, read_start
 
 log = logging.getLogger("rejoinder.server")
@@ -47,6 +47,8 @@ class ServerConfig(BaseModel):
     msgs_per_s: float = Field(120, gt=0, description="sustained messages per second per socket")
     bytes_per_s: float = Field(200_000, gt=0, description="sustained bytes per second per socket")
     store_dir: Path | None = Field(None, description="folder for call records; None keeps none")
+    run_store: Path | None = Field(None, description="harness run store (SQLite) for live calls")
+    record_runs: bool = Field(False, description="record live calls in the run store")
 
 
 class CallProvider(Protocol):
@@ -67,6 +69,10 @@ class AgentProvider:
     def __init__(self, agent) -> None:
         self.agent = agent
         self.policy = agent.cfg.turns
+        self.hosting = agent.cfg.hosting
+
+    def describe(self) -> dict[str, Any]:
+        return self.agent.cfg.model_dump(mode="json")
 
     async def warmup(self) -> None:
         await self.agent.warmup()
@@ -86,6 +92,7 @@ class _State:
         self.store = CallStore(cfg.store_dir)
         self.models = "loading"
         self.calls_served = 0
+        self.runs: LiveRuns | None = None
 
     def guard(self) -> MessageGuard:
         c = self.cfg
@@ -118,12 +125,19 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         task = asyncio.create_task(load_models())
+        if cfg.record_runs:
+            conditions = {"transport": "live", "hosting": getattr(provider, "hosting", "unknown"),
+                          "stack": getattr(provider, "describe", lambda: {})(),
+                          "max_calls": cfg.max_calls}
+            state.runs = await asyncio.to_thread(LiveRuns, cfg.run_store, conditions, "rejoinder serve")
         try:
             yield
         finally:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+            if state.runs is not None:
+                await asyncio.to_thread(state.runs.close)
 
     app = FastAPI(title="rejoinder", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.rejoinder = state
@@ -172,6 +186,10 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                 ended = await call.run(link.receive, link.send_raw)
             log.info("call %s ended: %s", call_id, ended)
             await _close(ws, ended, json_errors=browser)
+            if state.runs is not None:
+                transcript = "".join(f"{who}: {text}\n" for who, text in call.lines)
+                await asyncio.to_thread(state.runs.add, call.record, call.meta, transcript,
+                                        state.slots.active)
         except Exception:
             log.exception("call setup failed")
             await _close(ws, CallEnded(Close.SERVER_ERROR, "server error", error_code="server_error"),

@@ -21,7 +21,9 @@ def register(app: typer.Typer) -> None:
               config: Optional[Path] = typer.Option(None, help="agent config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
-              store: Path = typer.Option(Path("out/live"), help="folder for call records"),
+              store: Path = typer.Option(Path("out/live"), help="folder for call recordings and timelines"),
+              runs: Optional[Path] = typer.Option(None, help="harness run store for live calls "
+                                                  "(default: $REJOINDER_STORE or the user data dir)"),
               no_store: bool = typer.Option(False, "--no-store", help="keep no call records"),
               log_level: str = typer.Option("info")) -> None:
         """Serve the agent: talk to it from a browser (/), a WebSocket client (/ws) or a phone
@@ -53,7 +55,8 @@ def register(app: typer.Typer) -> None:
             console.print("[bold red]error:[/] the token must have at least 8 characters")
             raise typer.Exit(2)
         server_cfg = ServerConfig(token=secret, max_calls=max_calls, max_call_s=max_call_s,
-                                  store_dir=None if no_store else store)
+                                  store_dir=None if no_store else store, run_store=runs,
+                                  record_runs=not no_store)
         web = create_app(server_cfg, AgentProvider(Agent(cfg)))
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
         if source == "generated":

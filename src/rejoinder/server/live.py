@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Union
 
 import numpy as np
 
 from ..clock import RealClock
-from ..events import Event, EventBus
+from ..events import AgentSpeech, Event, EventBus, TranscriptEvent
 from ..session import LINE_RATE, Session, Stack
 from ..stages import Stamper
 from ..timeline import Timeline
@@ -72,7 +73,9 @@ class LiveCall:
         self.max_call_ms = max_call_s * 1000.0
         self.downlink: Downlink | None = None
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
-        self.meta: dict[str, Any] = {"call_id": call_id, "transport": transport}
+        self.meta: dict[str, Any] = {"call_id": call_id, "transport": transport,
+                                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.lines: list[tuple[str, str]] = []  # (caller | agent, text) as heard
         self.ended: CallEnded | None = None
         self._failure: CallEnded | None = None
         self._buf = np.zeros(FRAME, dtype=np.int16)
@@ -151,6 +154,10 @@ class LiveCall:
         self._failure = self._failure or exc
 
     def _on_event(self, ev: Event) -> None:
+        if isinstance(ev, TranscriptEvent) and ev.final and not ev.speculative:
+            self.lines.append(("caller", ev.text))
+        elif isinstance(ev, AgentSpeech):
+            self.lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
         if self.downlink is not None:
             self.send(self.downlink.event(ev))
 

@@ -101,3 +101,35 @@ class CallStore:
         folder = self.root / f"{stamp}-{transport}-{call_id}"
         folder.mkdir(parents=True, exist_ok=True)
         return CallRecord(folder)
+
+
+class LiveRuns:
+    """Live calls in the harness run store (one store, one schema): one run per server process
+    (``suite = "live"``), one ``calls`` row per call (scenario ``live-browser`` / ``live-twilio``)
+    with its turns; the call folder is the row's ``artifacts``."""
+
+    def __init__(self, path: Path | None, conditions: dict[str, Any], command: str) -> None:
+        import threading
+        from ..harness.store import RunStore
+        self.store = RunStore(path)
+        self.run_id = self.store.begin_run(conditions, suite="live", command=command)
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def add(self, record: CallRecord, meta: dict[str, Any], transcript: str, concurrency: int) -> None:
+        """Blocking (SQLite): call it off the event loop."""
+        ended = meta.get("ended") or {}
+        call = {"id": meta["call_id"], "scenario": f"live-{meta['transport']}", "concurrency": concurrency,
+                "started_at": meta.get("started_at"), "duration_ms": meta.get("duration_ms"),
+                "success": ended.get("code") == 1000, "failures": [],
+                "error": None if ended.get("code") == 1000 else f"{ended.get('code')}: {ended.get('reason')}",
+                "transcript": transcript, "artifacts": str(record.folder) if record.folder else None,
+                "extra": {k: meta.get(k) for k in ("client", "clock_sync", "ended")}}
+        with self._lock:
+            self.store.add_call(self.run_id, call, record.summaries)
+            self.calls += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self.store.finish_run(self.run_id, "finished", {"calls": self.calls})
+            self.store.close()

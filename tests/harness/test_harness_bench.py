@@ -1,0 +1,96 @@
+"""Concurrency sweeps with the fake agent (real sessions and callers on virtual clocks)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness_fakes import FakeAgent, tone_suite
+from rejoinder.harness.bench import BenchOptions, run_bench
+from rejoinder.harness.suite import load_suite
+from rejoinder.harness.summary import run_summary
+from rejoinder.timeline import SEGMENTS
+
+
+async def sweep(store, tmp_path, agent, levels=(1, 2), repeat=1, **kw):
+    _, scs = load_suite(str(tone_suite(tmp_path / "suite")))
+    run_id = store.begin_run({"concurrency": list(levels)}, suite="tones")
+    seen = []
+    opts = BenchOptions(levels=list(levels), repeat=repeat, artifacts=tmp_path / "art", on_call=seen.append, **kw)
+    status = await run_bench(agent, scs, store, run_id, opts)
+    return run_id, status, seen
+
+
+async def test_sweep_runs_every_level_and_stores_every_call(store, tmp_path):
+    agent = FakeAgent()
+    run_id, status, seen = await sweep(store, tmp_path, agent, levels=(1, 2, 3))
+    assert status == "finished" and agent.warmed == 1
+    assert len(seen) == agent.calls == (1 + 2 + 3) * 2
+    calls = store.calls(run_id)
+    assert sorted({c["concurrency"] for c in calls}) == [1, 2, 3]
+    assert all(c["success"] for c in calls), [c["failures"] for c in calls]
+    s = run_summary(store, run_id)
+    assert [lv["concurrency"] for lv in s["levels"]] == [1, 2, 3]
+    lv = s["levels"][0]
+    assert set(lv["v2v_ms"]) == {"p50", "p90", "p95", "p99"} and lv["v2v_ms"]["p50"] > 0
+    assert set(lv["segments"]) == set(SEGMENTS)
+    assert lv["task_success"] == {"alpha": {"ok": 1, "n": 1, "rate": 1.0}, "beta": {"ok": 1, "n": 1, "rate": 1.0}}
+    assert lv["stalls"] == {"count": 0, "total_ms": 0.0, "turns_with_stalls": 0}
+    res = lv["resources"]
+    assert res["rss_peak_mb"] > 0 and res["cpu_s"] >= 0 and res["caller_cpu_s"] > 0
+    assert lv["ear_check_max_ms"] is not None and lv["ear_check_max_ms"] <= 1.0  # ears agree with the line
+    assert s["capacity"]["concurrency"] in (1, 2, 3)
+    assert store.run(run_id)["status"] == "finished"
+    # per call: the artifacts, without the audio unless asked for
+    art = tmp_path / "art" / run_id
+    folders = list(art.iterdir())
+    assert len(folders) == 12 and all((f / "timeline.jsonl").exists() for f in folders)
+    assert not any((f / "call.wav").exists() for f in folders)
+    turns = store.turns(run_id)
+    assert {t["caller_turn"] for t in turns} == {0, 1}
+
+
+async def test_a_failing_call_is_recorded_and_the_sweep_goes_on(store, tmp_path):
+    run_id, status, _ = await sweep(store, tmp_path, FakeAgent(fail_on=("beta",)), levels=(1, 2))
+    assert status == "finished"
+    calls = store.calls(run_id)
+    bad = [c for c in calls if c["scenario"] == "beta"]
+    assert len(bad) == 3 and all(not c["success"] for c in bad)
+    assert bad[0]["failures"] == ["the call did not complete: RuntimeError('model server went away')"]
+    assert all(c["success"] for c in calls if c["scenario"] == "alpha")
+    s = run_summary(store, run_id)
+    assert s["levels"][1]["task_success"]["beta"]["rate"] == 0.0
+    assert store.search("model server went away")
+
+
+class HangingAgent(FakeAgent):
+    async def call(self, turns, **kw):
+        await asyncio.sleep(30)
+
+
+async def test_a_call_over_its_timeout_is_a_failed_call(store, tmp_path):
+    run_id, status, _ = await sweep(store, tmp_path, HangingAgent(), levels=(2,), call_timeout_s=0.2)
+    assert status == "finished"
+    calls = store.calls(run_id)
+    assert len(calls) == 4 and all(c["error"] == "timed out" for c in calls)
+    assert run_summary(store, run_id)["levels"][0]["v2v_ms"]["p50"] is None
+
+
+async def test_cancelling_a_sweep_keeps_finished_calls(store, tmp_path):
+    done = []
+
+    class SlowSecond(FakeAgent):
+        async def call(self, turns, **kw):
+            if self.calls >= 1:
+                await asyncio.sleep(30)
+            return await super().call(turns, **kw)
+
+    task = asyncio.ensure_future(sweep(store, tmp_path, SlowSecond(), levels=(1,)))
+    while not store.runs() or not store.calls(store.runs()[0]["id"]):
+        await asyncio.sleep(0.02)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        done.append(True)
+    run = store.runs()[0]
+    assert done and run["status"] == "cancelled" and len(store.calls(run["id"])) == 1

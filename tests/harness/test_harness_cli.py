@@ -1,0 +1,88 @@
+"""The harness commands, driven through typer (fake agent; synthetic stored runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from harness_fakes import FakeAgent, synthetic_run, tone_suite
+from rejoinder.cli import app
+
+runner = CliRunner()
+
+
+def run(*args, store=None):
+    argv = list(args) + (["--store", str(store)] if store else [])
+    res = runner.invoke(app, argv, catch_exceptions=False)
+    return res
+
+
+@pytest.fixture
+def fake_agent(monkeypatch):
+    import rejoinder.agent
+    monkeypatch.setattr(rejoinder.agent, "Agent", lambda cfg: FakeAgent())
+
+
+def test_bench_json_summary_and_store(tmp_path, fake_agent):
+    suite = tone_suite(tmp_path / "suite")
+    store = tmp_path / "runs.sqlite"
+    res = run("bench", str(suite), "--concurrency", "1,2,3", "--json", "--note", "fake sweep", store=store)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [lv["concurrency"] for lv in out["levels"]] == [1, 2, 3]
+    for lv in out["levels"]:
+        assert set(lv["v2v_ms"]) == {"p50", "p90", "p95", "p99"}
+        assert {"endpointing", "transcription", "tts_ttfb", "playout"} <= set(lv["segments"])
+        assert set(lv["stalls"]) >= {"count", "total_ms"}
+        assert lv["task_success"]["alpha"]["rate"] == 1.0
+        assert lv["resources"]["rss_peak_mb"] > 0
+    assert out["capacity"]["factor"] == 1.5 and len(out["curve"]) == 3
+    listed = json.loads(run("runs", "list", "--json", store=store).stdout)
+    assert listed[0]["id"] == out["run_id"] and listed[0]["status"] == "finished" and listed[0]["n_calls"] == 12
+    shown = json.loads(run("runs", "show", out["run_id"][:15], "--json", store=store).stdout)
+    cond = shown["run"]["conditions"]
+    for key in ("code", "software", "models", "machine", "config", "hosting", "network", "concurrency", "scenarios"):
+        assert key in cond, key
+    assert cond["machine"]["cores_logical"] >= 1 and cond["software"]["python"]
+    assert set(cond["scenarios"]) == {"alpha", "beta"} and cond["concurrency"] == [1, 2, 3]
+    assert shown["run"]["notes"][0]["text"] == "fake sweep"
+
+
+def test_bench_rejects_a_bad_suite_clearly(tmp_path, fake_agent):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nturns:\n  - audio:\n      - say: hi\n    kind: shout\n")
+    res = run("bench", str(bad), store=tmp_path / "s.sqlite")
+    assert res.exit_code == 2 and f"{bad}:5: field 'turns.0.kind'" in res.output
+    res = run("bench", "--scenarios", "nope", store=tmp_path / "s.sqlite")
+    assert res.exit_code == 2 and "no scenario named nope" in res.output
+    res = run("bench", "--concurrency", "1,x", store=tmp_path / "s.sqlite")
+    assert res.exit_code != 0
+
+
+def test_runs_show_search_note_compare_and_report(tmp_path, store):
+    a = synthetic_run(store, tts="piper", seed=1)
+    b = synthetic_run(store, tts="espeak", seed=2, tts_shift_ms=120.0)
+    path = store.path
+    res = run("runs", "list", store=path)
+    assert a in res.stdout and b in res.stdout and "espeak" in res.stdout
+    res = run("runs", "show", b, store=path)
+    assert res.exit_code == 0 and "p95" in res.stdout and "final_db" in res.stdout
+    assert run("runs", "note", a, "warm cache, quiet machine", store=path).exit_code == 0
+    hits = json.loads(run("runs", "search", "quiet machine", "--json", store=path).stdout)
+    assert [(h["run_id"], h["kind"]) for h in hits] == [(a, "note")]
+    assert "no matches" in run("runs", "search", "zebra", store=path).stdout
+    cmp = json.loads(run("runs", "compare", a, b, "--json", store=path).stdout)
+    assert [lv["real"] for lv in cmp["levels"]] == [["v2v", "tts_ttfb"], ["v2v", "tts_ttfb"]]
+    text = run("runs", "compare", a, b, "--concurrency", "1", store=path).stdout
+    assert "config.stack.tts" in text and "real differences: v2v, tts_ttfb" in text
+    out = tmp_path / "r.html"
+    res = run("report", a, "--out", str(out), store=path)
+    assert res.exit_code == 0 and out.exists() and 'id="plot-waterfall"' in out.read_text()
+    assert run("runs", "show", "nope", store=path).exit_code == 2
+
+
+def test_scenarios_lists_the_bundled_suite():
+    res = run("scenarios")
+    assert res.exit_code == 0 and "long-call" in res.stdout and "silent-caller" in res.stdout
