@@ -36,6 +36,9 @@ async def test_reversible_tool_is_compensated_when_the_caller_goes_on():
     assert app.planned == ["Move it to Friday wait Thursday"]
     assert app.executed[-1] == "Move it to Friday wait Thursday"
     assert [r.turn_id for r in res.turns] == [1]
+    tools = res.turns[0].tools
+    assert tools[0]["tentative"] and tools[0].get("compensated")
+    assert not tools[-1]["tentative"] and not tools[-1].get("compensated")
 
 
 async def test_irreversible_tool_never_runs_before_the_turn_is_final():

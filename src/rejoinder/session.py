@@ -214,7 +214,7 @@ class Session:
             self._perform(self.taker.transcript_result(turn_id, text_complete(text),
                                                        number_incomplete(text), self.st.now()))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.tentative_tools and text):
+                    and self.tentative_tools and text and not number_incomplete(text)):
                 self._prepare(turn_id, end_ms, text)
         return text
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import AgentSpeech, Boundary, ErrorEvent, Event, Recovery, event_to_dict
+from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
+                     event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
@@ -133,6 +134,12 @@ class Timeline:
             rec = self.turn(event.turn_id)
             rec.errors.append(f"{event.stage}: {event.message}")
             rec.status = "recovered" if event.recovered else "failed"
+        elif (isinstance(event, ToolCallEvent) and event.turn_id
+              and event.result == {"compensated": True}):
+            for t in reversed(self.turn(event.turn_id).tools):
+                if t["name"] == event.name and t["tentative"] and not t.get("compensated"):
+                    t["compensated"] = True
+                    break
         elif isinstance(event, Recovery) and event.turn_id:
             rec = self.turn(event.turn_id)
             rec.recoveries.append({"stage": event.stage, "action": event.action,
@@ -152,7 +159,8 @@ class Timeline:
         if b.name in ("tool_start", "tool_end"):
             if b.name == "tool_start":
                 rec.tools.append({"name": b.data.get("name"), "args": b.data.get("args"),
-                                  "reversible": b.data.get("reversible"), "start_ms": b.t_ms,
+                                  "reversible": b.data.get("reversible"),
+                                  "tentative": bool(b.data.get("tentative")), "start_ms": b.t_ms,
                                   "end_ms": None})
             else:
                 for t in reversed(rec.tools):

@@ -21,6 +21,8 @@ from ..errors import RejoinderError
 
 err = Console(stderr=True)
 out = Console()
+if not out.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+    out = Console(width=132)
 
 STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
                          help="run store file (default: runs.sqlite in the user data directory)")
