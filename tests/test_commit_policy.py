@@ -38,7 +38,7 @@ async def test_reversible_tool_is_compensated_when_the_caller_goes_on():
     assert [r.turn_id for r in res.turns] == [1]
     tools = res.turns[0].tools
     assert tools[0]["tentative"] and tools[0].get("compensated")
-    assert not tools[-1]["tentative"] and not tools[-1].get("compensated")
+    assert len(tools) == 2 and not tools[-1].get("compensated")  # the second run was adopted
 
 
 async def test_irreversible_tool_never_runs_before_the_turn_is_final():

@@ -86,3 +86,8 @@ def test_runs_show_search_note_compare_and_report(tmp_path, store):
 def test_scenarios_lists_the_bundled_suite():
     res = run("scenarios")
     assert res.exit_code == 0 and "long-call" in res.stdout and "silent-caller" in res.stdout
+
+
+def test_public_names_resolve():
+    import rejoinder.harness as h
+    assert all(callable(getattr(h, name)) for name in h.__all__)
