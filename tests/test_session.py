@@ -160,3 +160,28 @@ def test_backchannel_policy_words():
     assert is_backchannel("Uh-huh.", p) and is_backchannel("yeah, right", p) and is_backchannel("", p)
     assert not is_backchannel("No.", p) and not is_backchannel("yeah but cancel it", p)
     assert not is_backchannel("uh-huh", TurnPolicy(backchannels=("yeah",)))
+
+
+async def test_failure_mid_call_keeps_recording_and_timeline(tmp_path):
+    import json
+    import soundfile as sf
+
+    class BrokenVAD(AmplitudeVAD):
+        calls = 0
+
+        def speech_prob(self, window):
+            BrokenVAD.calls += 1
+            if BrokenVAD.calls > 60:  # ≈ 1.9 s into the call
+                raise RuntimeError("VAD crashed")
+            return super().speech_prob(window)
+
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Hello."])
+    stack.vad = BrokenVAD()
+    res = await run_call([turn(tone(600)), turn(tone(600), after_agent_ms=300)], stack,
+                         ScriptedApp(), clock=clock, out_dir=tmp_path, tail_ms=1000)
+    assert res.error is not None and "VAD crashed" in res.error
+    audio, rate = sf.read(tmp_path / "call.wav", dtype="int16")
+    assert audio.shape[1] == 2 and 1.8 <= len(audio) / rate <= 2.1  # everything up to the crash
+    lines = [json.loads(x) for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    assert any(e.get("name") == "user_speech_start" for e in lines)

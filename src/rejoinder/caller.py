@@ -61,7 +61,8 @@ async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
     """Render every turn's segments to one int16 16 kHz array each.
 
     ``caller_tts`` is a TTS port for ``say`` segments (default: espeak-ng with the scenario's
-    ``caller_voice`` at ``caller_rate`` — slower and unlike the agent's voice). Raises AudioInputError for unusable files, ScenarioError for missing prompts.
+    ``caller_voice`` at ``caller_rate`` — slower and unlike the agent's voice).
+    Raises AudioInputError for unusable files, ScenarioError for missing prompts.
     """
     from pathlib import Path
     out: list[RenderedTurn] = []

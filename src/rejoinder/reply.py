@@ -69,6 +69,7 @@ async def _watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: f
     """Re-yield ``stream``; raise WatchdogTimeout when an item takes longer than the limit on the
     call clock (so scripted timelines with a virtual clock exercise the watchdogs too)."""
     first = True
+    nxt: asyncio.Future | None = None
     try:
         while True:
             limit = first_ms if first else gap_ms
@@ -79,16 +80,18 @@ async def _watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: f
             finally:
                 timer.cancel()
             if not nxt.done():
-                nxt.cancel()
-                await asyncio.gather(nxt, return_exceptions=True)
                 raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms")
             try:
                 item = nxt.result()
             except StopAsyncIteration:
                 return
+            nxt = None
             first = False
             yield item
     finally:
+        if nxt is not None and not nxt.done():  # never close a generator another task is running
+            nxt.cancel()
+            await asyncio.gather(nxt, return_exceptions=True)
         await stream.aclose()
 
 

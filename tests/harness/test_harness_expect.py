@@ -116,3 +116,11 @@ def test_final_db_against_the_real_database(tmp_path):
 def test_a_failed_call_fails_the_task():
     v = evaluate(scenario(), result([], error="RuntimeError('boom')"), [])
     assert v.failures == ["the call failed: RuntimeError('boom')"]
+
+
+def test_numbers_may_be_heard_as_spoken():
+    sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {"reply_contains": ["order 5031"]}}])
+    for heard in ("your other order five thousand and thirty one is", "Order five zero three one.",
+                  "order fifty thirty-one", "Order 5031 is", "order five oh three one"):
+        assert evaluate(sc, result([rec(1, 1800, heard=heard)]), TRUTH[:1]).success, heard
+    assert not evaluate(sc, result([rec(1, 1800, heard="order five thousand and thirty two")]), TRUTH[:1]).success

@@ -75,7 +75,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     cap = summary["capacity"]
     if cap.get("concurrency") is not None:
         out.print(f"capacity: up to [bold]{cap['concurrency']}[/] call(s) at once keep V2V p95 within "
-                  f"{cap['factor']}× the single-level p95 ({cap['base_p95_ms']:.0f} ms → limit {cap['limit_ms']:.0f} ms)")
+                  f"{cap['factor']}× the single-level p95 ({cap['base_p95_ms']:.0f} ms → "
+                  f"limit {cap['limit_ms']:.0f} ms)")
     fails: dict[str, int] = {}
     for lv in summary["levels"]:
         for name, ts in lv["task_success"].items():
@@ -215,7 +216,7 @@ def register(app: typer.Typer) -> None:
                   f"command: {info.get('command')}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
                   f"rejoinder {code.get('rejoinder')} · hosting {c.get('hosting')} · network {c.get('network')}\n"
                   f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
-                  f" · stack: {json.dumps((c.get('config') or {}).get('stack'))}")
+                  f" · stack: {_stack_names((c.get('config') or {}).get('stack') or {})}")
         print_summary(summary)
         for n in info["notes"]:
             out.print(f"note {n['at'][:19]}: {n['text']}")
@@ -270,16 +271,18 @@ def register(app: typer.Typer) -> None:
         if res["conditions_differ"]:
             out.print("[bold]conditions that differ[/] (A → B):")
             for d in res["conditions_differ"][:25]:
-                out.print(f"  {d['key']}: {json.dumps(d['a'], default=str)[:80]} → {json.dumps(d['b'], default=str)[:80]}")
+                va, vb = (json.dumps(d[k], default=str)[:80] for k in ("a", "b"))
+                out.print(f"  {d['key']}: {va} → {vb}")
         for lv in res["levels"]:
             t = Table(title=f"{res['a']} (A) vs {res['b']} (B) · {lv['concurrency']} call(s) at once · ms")
-            for h in ("boundary", "median A", "median B", "Δ B−A", "95% CI", "n A/B", "verdict"):
-                t.add_column(h)
+            for h in ("boundary", "median A", "median B", "Δ B−A", "95% CI", "n A/B", "verdict", "waits on"):
+                t.add_column(h, no_wrap=h != "waits on")
             for r in lv["rows"]:
                 ci = "—" if r["ci95"][0] is None else f"[{r['ci95'][0]:.0f}, {r['ci95'][1]:.0f}]"
                 colour = {"real": "bold green", "no difference": "dim"}.get(r["verdict"], "")
                 t.add_row(r["boundary"], _f(r["median_a"]), _f(r["median_b"]), _f(r["diff"], True), ci,
-                          f"{r['n_a']}/{r['n_b']}", f"[{colour}]{r['verdict']}[/]" if colour else r["verdict"])
+                          f"{r['n_a']}/{r['n_b']}", f"[{colour}]{r['verdict']}[/]" if colour else r["verdict"],
+                          f"[dim]{r['means']}[/]")
             out.print(t)
             out.print("real differences: " + (", ".join(lv["real"]) or "none")
                       + f"  (family-wise 95 % CI excludes 0 and |Δ| ≥ {res['min_ms']:.0f} ms)")
@@ -313,6 +316,10 @@ def register(app: typer.Typer) -> None:
         for sc in scs:
             t.add_row(sc.name, str(len(sc.turns)), ",".join(sc.tags), sc.description)
         out.print(t)
+
+
+def _stack_names(stack: dict[str, Any]) -> str:
+    return " ".join(f"{k}={stack[k]}" for k in ("vad", "turn", "stt", "llm", "tts") if k in stack)
 
 
 def _f(v: Any, signed: bool = False) -> str:

@@ -11,6 +11,9 @@ A difference is called **real** when it is both
 * large enough to matter — ``|Δ| ≥ min_ms`` (default 10 ms, about half a 20 ms audio frame
   either way, the resolution of the measurement).
 
+A real difference in ``playout`` with a TTS change is expected: leading silence in the TTS
+audio is heard as waiting (DESIGN.md), so a voice that starts with 40 ms of silence shows there.
+
 The conditions that differ between the two runs (configuration, models, code, machine) are
 listed first, so a difference can be traced to its cause.
 """
@@ -26,6 +29,17 @@ from .store import RunStore
 from .summary import segment_values
 
 BOUNDARIES = ("v2v",) + SEGMENTS
+MEANS = {  # what each critical-path segment waits on (see rejoinder.timeline)
+    "v2v": "the whole wait: caller stops → agent audible",
+    "endpointing": "deciding the caller's turn is over (VAD, end-of-turn model)",
+    "transcription": "STT after the decision",
+    "tools": "tool calls on the path",
+    "llm_ttft": "LLM time to first token",
+    "first_text": "text until a speakable chunk",
+    "tts_ttfb": "TTS time to first audio",
+    "audio_out": "hand-off to the transport",
+    "playout": "transport, buffering and leading silence in the TTS audio",
+}
 
 
 def _values(turns: list[dict[str, Any]], name: str) -> list[float]:
@@ -51,7 +65,7 @@ def compare_turns(a: list[dict[str, Any]], b: list[dict[str, Any]], *, min_ms: f
             verdict = "small" if abs(d.diff) < min_ms else "uncertain"
         else:
             verdict = "no difference"
-        rows.append({"boundary": name, "median_a": d.median_a, "median_b": d.median_b, "diff": d.diff,
+        rows.append({"boundary": name, "means": MEANS[name], "median_a": d.median_a, "median_b": d.median_b, "diff": d.diff,
                      "ci95": [d.low, d.high], "ci_family": [fw.low, fw.high], "n_a": d.n_a, "n_b": d.n_b,
                      "verdict": verdict})
     return rows

@@ -4,7 +4,8 @@ Which agent turns answer which caller turn is decided from the caller's ground t
 turn belongs to the last caller utterance that had ended when the runtime decided the turn was
 over (``eot_decided``). Everything else is read from what was measured: tool calls (name and
 arguments) per turn, the words the caller actually *heard* (an interrupted reply only counts up
-to the cut), V2V, the interruption labels, and the application's database at the end of the call.
+to the cut; a number may be heard as digits or in any way a TTS reads it out), V2V, the
+interruption labels, and the application's database at the end of the call.
 
 Every failed check becomes one plain sentence in :attr:`Verdict.failures`; those sentences are
 stored with the run and are searchable (``rejoinder runs search``).
@@ -32,7 +33,29 @@ def _norm(v: Any) -> str:
 
 
 def _words(text: str) -> str:
-    return " " + " ".join(re.findall(r"[a-z0-9']+", text.lower())) + " "
+    return " " + " ".join(re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))) + " "
+
+
+def _spoken_forms(words: str) -> list[str]:
+    """``words`` as written and as a TTS may say its numbers: "5031" is also "five thousand and
+    thirty one", "fifty thirty one" and "five zero three one" / "five oh three one" (num2words)."""
+    from num2words import num2words
+
+    forms = [words]
+    nums = re.findall(r"\d+", words)
+    if not nums or len(nums) > 3:
+        return forms
+    variants: list[list[str]] = []
+    for n in nums:
+        opts = [n, num2words(int(n)), num2words(int(n)).replace(" and ", " "),
+                " ".join(num2words(int(d)) for d in n), " ".join("oh" if d == "0" else num2words(int(d)) for d in n)]
+        if 1000 <= int(n) <= 9999:
+            opts.append(num2words(int(n), to="year"))
+        variants.append(opts)
+    out = [words]
+    for i, n in enumerate(nums):
+        out = [re.sub(rf"\b{n}\b", alt, w, count=1) for w in out for alt in variants[i]]
+    return list(dict.fromkeys(out))
 
 
 def owners(turns: list, truth: list[tuple[int, float, float]]) -> dict[int, int | None]:
@@ -109,7 +132,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         heard = _words(" ".join(r.heard_text for r in mine))
         for words in ex.reply_contains:
             checks += 1
-            if _words(words) not in heard:
+            if not any(_words(form) in heard for form in _spoken_forms(words)):
                 fails.append(f"{label}: the caller did not hear {words!r} (heard: {heard.strip()!r})")
         if ex.v2v_budget_ms is not None:
             checks += 1
