@@ -158,6 +158,7 @@ def test_backchannel_policy_words():
     from rejoinder.turns import TurnPolicy, is_backchannel
     p = TurnPolicy()
     assert is_backchannel("Uh-huh.", p) and is_backchannel("yeah, right", p) and is_backchannel("", p)
+    assert is_backchannel("Uh uh.", p) and is_backchannel("Mm-hmm, I see.", p)
     assert not is_backchannel("No.", p) and not is_backchannel("yeah but cancel it", p)
     assert not is_backchannel("uh-huh", TurnPolicy(backchannels=("yeah",)))
 

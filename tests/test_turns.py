@@ -107,3 +107,12 @@ def test_segments_always_sum_exactly_to_v2v(offsets):
     assert set(segs) <= set(SEGMENTS)
     assert all(v >= 0 for v in segs.values())
     assert abs(sum(segs.values()) - rec.v2v_ms()) < 0.01
+
+
+def test_a_question_ends_the_turn_even_when_the_model_is_unsure():
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(500, 660)
+    t.eot_result(1, 0.02, 700)  # synthetic voices confuse Smart Turn's prosody cues
+    assert t.transcript_result(1, True, False, 900, question=True) == [
+        Commit(1, "model+transcript", 0.02, 500)]

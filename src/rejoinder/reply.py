@@ -139,8 +139,10 @@ class Reply:
     async def _produce(self, first_clause: str, request: LLMRequest | None,
                        queue: asyncio.Queue[str | None], tail: str = "") -> None:
         try:
-            if first_clause:
-                queue.put_nowait(first_clause)
+            if first_clause:  # split at its first safe clause boundary: a shorter first chunk
+                head = SpeakableChunker()  # is synthesized sooner (Piper works per sentence)
+                for chunk in head.push(first_clause) + head.flush():
+                    queue.put_nowait(chunk)
             if request is None or self.llm is None:
                 if tail:
                     queue.put_nowait((" " if first_clause else "") + tail)

@@ -212,7 +212,8 @@ class Session:
         text = text.strip()
         if self._spec.get(turn_id, (None,))[0] == end_ms:  # still the latest pause
             self._perform(self.taker.transcript_result(turn_id, text_complete(text),
-                                                       number_incomplete(text), self.st.now()))
+                                                       number_incomplete(text), self.st.now(),
+                                                       question=text.endswith("?")))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
                     and self.tentative_tools and text and not number_incomplete(text)):
                 self._prepare(turn_id, end_ms, text)

@@ -35,6 +35,7 @@ Policy (defaults in :class:`TurnPolicy`):
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,8 +63,8 @@ class TurnPolicy(BaseModel):
     barge_in_ms: float = Field(400, ge=0, description="voiced time over the agent that cuts it off "
                                "without waiting for a transcript")
     backchannels: tuple[str, ...] = Field(
-        ("uh-huh", "uh huh", "mm-hmm", "mm hmm", "mhm", "hmm", "yeah", "yes", "yep", "right", "okay",
-         "ok", "sure", "i see", "got it", "alright", "uh", "um", "ah", "oh"),
+        ("uh-huh", "mm-hmm", "mhm", "hmm", "mm", "huh", "yeah", "yes", "yep", "right", "okay", "ok",
+         "sure", "i see", "got it", "alright", "uh", "um", "ah", "oh"),
         description="short utterances that acknowledge without taking the turn")
     promote_interim_ms: float = Field(2500, gt=0, description="commit a turn with only interim text")
 
@@ -123,17 +124,25 @@ class CancelReply:
 Action = OpenTurn | Speculate | Commit | CancelReply | Hold | Resume | CheckBackchannel
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower().replace("-", " "))
+
+
 def is_backchannel(text: str, policy: "TurnPolicy") -> bool:
     """True when ``text`` (a transcript of short overlapping speech) is empty (noise, a cough) or
-    made only of backchannel words such as "uh-huh", "yeah", "right" (``policy.backchannels``)."""
-    words = " ".join(text.lower().replace(",", " ").replace(".", " ").replace("!", " ")
-                     .replace("?", " ").split())
-    if not words:
-        return True
-    rest = f" {words} "
-    for phrase in sorted(policy.backchannels, key=len, reverse=True):
-        rest = rest.replace(f" {phrase} ", " ")
-    return not rest.strip()
+    made only of backchannel words such as "uh-huh", "yeah", "right" (``policy.backchannels``),
+    matched word by word, longest phrase first."""
+    words = _words(text)
+    phrases = sorted((_words(p) for p in policy.backchannels), key=len, reverse=True)
+    i = 0
+    while i < len(words):
+        for ph in phrases:
+            if ph and words[i:i + len(ph)] == ph:
+                i += len(ph)
+                break
+        else:
+            return False
+    return True
 
 
 class TurnTaker:
@@ -150,6 +159,7 @@ class TurnTaker:
         self._ends_in_digit = False
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
         self._text_complete = False
+        self._question = False
 
     # --- observations -------------------------------------------------------------------
     def speech_onset(self, at_ms: float, now: float) -> list[Action]:
@@ -188,6 +198,7 @@ class TurnTaker:
         self.last_voiced_ms = last_voiced_ms
         self._eot_prob = None
         self._text_complete = False
+        self._question = False
         self._ends_in_digit = False
         return [Speculate(self.turn_id, last_voiced_ms)]
 
@@ -199,13 +210,15 @@ class TurnTaker:
         return self._decide(now)
 
     def transcript_result(self, turn_id: int, complete: bool, number_open: bool,
-                          now: float) -> list[Action]:
+                          now: float, question: bool = False) -> list[Action]:
         """The speculative transcript of the current pause is ready: ``complete`` when it reads
         as a finished utterance (terminal punctuation, or a closed phrase such as "thank you");
-        ``number_open`` when it ends in a number still being read out (holds the turn)."""
+        ``number_open`` when it ends in a number still being read out (holds the turn);
+        ``question`` when it ends with a question mark (complete whatever the model says)."""
         if turn_id != self.turn_id or self.state is not State.USER_PAUSED:
             return []
         self._text_complete = complete and not number_open
+        self._question = question
         if number_open:
             self._ends_in_digit = True
         return self._decide(now)
@@ -215,7 +228,7 @@ class TurnTaker:
         if p is not None and not self._ends_in_digit:
             if p >= self.policy.eot_threshold:
                 return self._commit("model", p)
-            if self._text_complete and p >= self.policy.eot_text_threshold:
+            if self._text_complete and (p >= self.policy.eot_text_threshold or self._question):
                 return self._commit("model+transcript", p)
         return self.tick(now)
 
