@@ -60,7 +60,7 @@ class TurnPolicy(BaseModel):
                                       "when the speculative transcript also reads as complete")
     silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
     digit_hold_ms: float = Field(1400, gt=0, description="silence timeout when the turn ends in a digit")
-    barge_in_ms: float = Field(400, ge=0, description="voiced time over the agent that cuts it off "
+    barge_in_ms: float = Field(700, ge=0, description="voiced time over the agent that cuts it off "
                                "without waiting for a transcript")
     backchannels: tuple[str, ...] = Field(
         ("uh-huh", "mm-hmm", "mhm", "hmm", "mm", "huh", "yeah", "yes", "yep", "right", "okay", "ok",

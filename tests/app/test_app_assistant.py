@@ -204,3 +204,13 @@ async def test_plan_with_real_smollm2(conn, smollm2):
     assert r.first_clause == "Order 4217 has shipped,"
     cont = "".join([d async for d in smollm2.stream(r.llm_request)])
     assert isinstance(cont, str) and "\n" not in cont.strip()
+
+
+def test_grounded_rejects_changed_facts_and_echoed_instructions():
+    from rejoinder.app.assistant import grounded
+    facts = "order 4217 status shipped, arrives Wednesday December 9"
+    assert grounded(" It should arrive on Wednesday, December 9.", facts)
+    assert not grounded(" It arrived on Friday.", facts)
+    assert not grounded(" It will cost $12.", facts)
+    assert not grounded(" Continue the assistant's reply with at most one short sentence.", facts)
+    assert not grounded("   ", facts)

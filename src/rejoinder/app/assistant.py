@@ -50,15 +50,28 @@ _FACT_WORDS = re.compile(
     r"morning|afternoon|evening|refund\w*|return\w*)\b", re.IGNORECASE)
 
 
+_META_WORDS = re.compile(r"\b(?:assistant|facts?|sentence|continue|caller|prompt|json|tool)\b",
+                         re.IGNORECASE)
+
+
+def _ngrams(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    w = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
 def grounded(continuation: str, facts: str) -> bool:
-    """Every fact-like token of ``continuation`` occurs in ``facts`` (case-insensitive).
-    An empty continuation is not grounded (there is nothing to say)."""
-    if not continuation.strip():
+    """Every fact-like token of ``continuation`` occurs in ``facts`` (case-insensitive), and it
+    does not echo the instructions (no meta words such as "assistant" or "facts", no 4-word run
+    copied from the prompt). An empty continuation is not grounded (there is nothing to say)."""
+    if not continuation.strip() or _META_WORDS.search(continuation):
+        return False
+    if _ngrams(continuation) & _ngrams(SYSTEM_PROMPT + " " + _CONTINUE_HINT):
         return False
     known = {m.group(0).lower() for m in _FACT_WORDS.finditer(facts)}
     return all(m.group(0).lower() in known for m in _FACT_WORDS.finditer(continuation))
 
 
+_CONTINUE_HINT = "Continue the assistant's reply with at most one short sentence that uses only these facts."
 _CONTINUE_INTENTS = {"lookup_order", "other_order", "reschedule_appointment", "confirm",
                      "list_appointments", "identify"}  # fmt: skip
 
@@ -197,8 +210,7 @@ class SupportAssistant:
         msgs = self.history.messages(self.system_prompt) + (
             ChatMessage(
                 "system",
-                f"Facts: {facts} Continue the assistant's reply with at most one short "
-                "sentence that uses only these facts.",
+                f"Facts: {facts} {_CONTINUE_HINT}",
             ),
         )
         return LLMRequest(msgs, max_tokens=40, temperature=0.2, prefix=first_clause, stop=("\n",))
