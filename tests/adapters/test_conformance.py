@@ -168,7 +168,7 @@ async def test_llm_cancellation(llm):
     assert isinstance(first, str)
     t0 = time.perf_counter()
     await gen.aclose()
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 2.0  # generous: a loaded 2-core CI box; the point is "not a whole reply"
     # the port is usable straight away and the next reply is not held up by the cancelled one
     t0 = time.perf_counter()
     out = [d async for d in llm.stream(LLMRequest(messages=ASK, max_tokens=4))]
