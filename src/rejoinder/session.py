@@ -85,7 +85,11 @@ class Session:
 
     def __init__(self, st: Stamper, stack: Stack, app: Any, *, policy: TurnPolicy | None = None,
                  max_seconds: float = 900.0, caller_side_playout: bool = True,
-                 recovery: RecoveryPolicy | None = None, tentative_tools: bool = True) -> None:
+                 recovery: RecoveryPolicy | None = None, tentative_tools: bool = True,
+                 downstream_lag_ms: float = 0.0) -> None:
+        """``downstream_lag_ms``: audio a live transport still holds after this playout (client
+        jitter buffer + output latency). On a cut, that much of the "played" audio never reached
+        the caller, so it is not counted as heard (and the heard text is flagged estimated)."""
         self.st = st
         self.stack = stack
         self.app = app
@@ -104,6 +108,7 @@ class Session:
         self._speaking: dict[int, Reply] = {}  # replies whose audio may be on the line
         self._prepared: dict[int, tuple[str, Any, list]] = {}  # turn → tentative (text, plan, results)
         self.tentative_tools = tentative_tools
+        self._lag_samples = int(downstream_lag_ms * LINE_RATE / 1000)
         self._tasks: set[asyncio.Task] = set()
         self.errors: list[BaseException] = []
         self.closed = False
@@ -352,7 +357,9 @@ class Session:
     def _on_reply_done(self, audio: ReplyAudio, interrupted: bool) -> None:
         """The playout finished (or cut) a reply: record what was heard, update the context."""
         reply = self._speaking.pop(audio.turn_id, None)
-        heard, estimated = reply.heard(audio.played) if reply else ("", False)
+        played = max(0, audio.played - self._lag_samples) if interrupted else audio.played
+        heard, estimated = reply.heard(played) if reply else ("", False)
+        estimated = estimated or (interrupted and self._lag_samples > 0)
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
                                  self.st.now(), self.st.call_id, audio.turn_id))
         if hasattr(self.app, "heard"):

@@ -58,7 +58,9 @@ class LiveCall:
 
     def __init__(self, *, call_id: str, transport: str, stack: Stack, app: Any,
                  policy: TurnPolicy | None, record: CallRecord, max_call_s: float,
-                 outbox_max: int = 1500) -> None:
+                 outbox_max: int = 1500, downstream_lag_ms: float = 100.0) -> None:
+        """``downstream_lag_ms``: the client's jitter buffer (60 ms) plus typical output-device
+        latency (≈40 ms reported by Chromium) — audio sent but not yet heard when a reply is cut."""
         self.call_id = call_id
         self.transport = transport
         self.clock = RealClock()
@@ -69,7 +71,8 @@ class LiveCall:
         self.bus.subscribe(self.timeline)
         self.bus.subscribe(self._on_event)
         self.session = Session(self.st, stack, app, policy=policy, max_seconds=max_call_s + 60.0,
-                               caller_side_playout=False)
+                               caller_side_playout=False,
+                               downstream_lag_ms=downstream_lag_ms)
         self.max_call_ms = max_call_s * 1000.0
         self.downlink: Downlink | None = None
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
