@@ -235,7 +235,10 @@ def test_rejoin_invariant(deltas: list[str], max_chars: int, mfw: int, mw: int) 
     assert "".join(chunks) == "".join(deltas)
     assert all(len(c) <= max_chars for c in chunks)
     assert all(c for c in chunks)
-    assert all(c.strip() for c in chunks[:-1])  # only a final flushed chunk may be blank
+    # only a final flushed chunk may be blank — unless a whitespace run alone exceeds max_chars,
+    # where the size cap must cut inside it (documented; blank chunks are skipped by the TTS path)
+    if not re.search(r"\s{%d,}" % max_chars, "".join(deltas)):
+        assert all(c.strip() for c in chunks[:-1])
 
 
 @settings(max_examples=300, deadline=None)
@@ -368,3 +371,8 @@ def test_normalize_leaves_no_digits_or_markdown_in_chunks() -> None:
     joined = " ".join(spoken)
     assert not re.search(r"[\d*#$%@🚚]", joined)
     assert spoken[0] == "Your order four two one seven ships on December fourth, twenty twenty-six at nine a m."
+
+
+def test_identifier_after_a_comma_is_read_digit_by_digit():
+    assert normalize_for_speech("Your other order, 5031, is on its way.") == \
+        "Your other order, five zero three one, is on its way."

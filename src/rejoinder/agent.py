@@ -82,7 +82,7 @@ class Agent:
     async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None,
                    caller_phone: str | None = None, clock: Clock | None = None,
                    call_id: str | None = None, bus: EventBus | None = None,
-                   tail_ms: float = 2500.0) -> CallResult:
+                   tail_ms: float = 2500.0, max_ms: float = 900000.0) -> CallResult:
         """Run one simulated call; see :func:`rejoinder.callrun.run_call`."""
         await self.warmup()
         call_id = call_id or uuid.uuid4().hex[:12]
@@ -90,7 +90,7 @@ class Agent:
         clock = clock or RealClock()
         result = await run_call(turns, self.new_stack(clock), app, out_dir=out_dir, clock=clock,
                                 policy=self.cfg.turns, recovery=self.cfg.recovery,
-                                call_id=call_id, bus=bus, tail_ms=tail_ms)
+                                call_id=call_id, bus=bus, tail_ms=tail_ms, max_ms=max_ms)
         result.app = app
         return result
 

@@ -17,11 +17,8 @@ no ground truth.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import time
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -90,22 +87,6 @@ async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
     return out
 
 
-_watchers: contextvars.ContextVar[list | None] = contextvars.ContextVar("rejoinder_callers", default=None)
-
-
-@contextlib.contextmanager
-def watch_callers() -> Iterator[list["SimulatedCaller"]]:
-    """Collect every :class:`SimulatedCaller` created in this context (this asyncio task and the
-    tasks it starts), so a harness can read a call's ground truth, cues and heard onsets after
-    :func:`rejoinder.callrun.run_call` returns. Concurrent calls in other tasks are not mixed in."""
-    seen: list[SimulatedCaller] = []
-    token = _watchers.set(seen)
-    try:
-        yield seen
-    finally:
-        _watchers.reset(token)
-
-
 class SimulatedCaller:
     """Plays rendered turns on its script's cues; listens to the agent frame by frame."""
 
@@ -131,9 +112,6 @@ class SimulatedCaller:
         self.cpu_s = 0.0
         self.done = False
         self._silence = np.zeros(FRAME, dtype=np.int16)
-        watchers = _watchers.get()
-        if watchers is not None:
-            watchers.append(self)
 
     def _cue(self, now: float) -> str | None:
         """The cue that starts the next turn now (``"at"``, ``"start"``, ``"barge_in"``,

@@ -70,6 +70,7 @@ class CallResult:
     overlapping_audio: int = 0
     unheard_context_words: int = 0
     recoveries: int = 0
+    caller: Any = None  # the SimulatedCaller: ground truth, cues, what it heard
 
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
@@ -98,7 +99,7 @@ def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]
 
 async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None,
                    clock: Clock | None = None, policy: TurnPolicy | None = None,
-                   tail_ms: float = 2500.0, max_ms: float = 300000.0, call_id: str | None = None,
+                   tail_ms: float = 2500.0, max_ms: float = 900000.0, call_id: str | None = None,
                    bus: EventBus | None = None, recovery: RecoveryPolicy | None = None) -> CallResult:
     """Play rendered caller ``turns`` into a new session in real time; return the measured turns."""
     clock = clock or RealClock()
@@ -165,7 +166,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
             "".join(f"{who}: {text}\n" for who, text in lines), encoding="utf-8")
     unheard = sum(max(0, c - h) for c, h in zip(context_words, heard_words))
     return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, lines, error, tools,
-                      over.episodes, session.playout.overlaps, unheard, recoveries[0])
+                      over.episodes, session.playout.overlaps, unheard, recoveries[0], caller)
 
 
 class _Overtalk:

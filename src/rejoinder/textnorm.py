@@ -183,7 +183,8 @@ def _named_date(m: re.Match[str]) -> str:
 
 def _identifier(m: re.Match[str]) -> str:
     word = "number" if m.group(1).lower() in ("#", "no.") else m.group(1)
-    return f"{word} {_digits(m.group(2))}"
+    comma = "," if "," in m.group(2) else ""
+    return f"{word}{comma} {_digits(m.group(3))}"
 
 
 def _version(m: re.Match[str]) -> str:
@@ -216,7 +217,7 @@ _RULES: list[_Rule] = [
                 r"(\s?(?:thousand|million|billion|trillion|bn|[kKmMbB])\b)?"), _money),
     (re.compile(r"(-?\d[\d,]*(?:\.\d+)?)\s?%"), lambda m: f"{_number(m.group(1))} percent"),
     # identifiers: order 4217, #4217, No. 12, and any run of 5+ digits
-    (re.compile(rf"(?<!\w){_ID_WORDS}\s?#?\s?(\d+)\b", re.I), _identifier),
+    (re.compile(rf"(?<!\w){_ID_WORDS}(,?\s?#?\s?)(\d+)\b", re.I), _identifier),
     (re.compile(r"(?<![\w.,])\d{5,}(?!\w|[.,]\d)"), lambda m: _digits(m.group())),
     (re.compile(r"\b(\d{2}0|1\d{2}0|20\d0)s\b"), _decade),
     # units (also "5-10 km"), ordinals, years after a cue word

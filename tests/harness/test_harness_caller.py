@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fakes import silence, tone
-from rejoinder.caller import FRAME, RenderedTurn, SimulatedCaller, voiced_span, watch_callers
+from rejoinder.caller import FRAME, RenderedTurn, SimulatedCaller, voiced_span
 from rejoinder.scenario import CallerTurn, Segment
 
 
@@ -66,17 +66,3 @@ def test_truth_is_the_voiced_span_and_onsets_are_sample_accurate():
     assert abs(start - (200 + 100)) <= 1  # the first voiced sample, after 100 ms of leading silence
     assert abs(end - (200 + 600)) <= 1
     assert c.heard_onsets == [1400 + 1000 * 37 / 16000]
-
-
-async def test_watch_callers_sees_only_its_own_task():
-    import asyncio
-
-    async def make(n):
-        with watch_callers() as seen:
-            for _ in range(n):
-                SimulatedCaller([turn(tone(100))])
-                await asyncio.sleep(0)
-            return len(seen)
-
-    assert await asyncio.gather(make(1), make(3)) == [1, 3]
-    SimulatedCaller([turn(tone(100))])  # outside any watch: not collected, no error

@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol
 
 import psutil
 
-from ..caller import RenderedTurn, render_turns, watch_callers
+from ..caller import RenderedTurn, render_turns
 from ..scenario import Scenario
 from .expect import evaluate
 from .stats import percentiles
@@ -142,11 +142,10 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                            "artifacts": str(out_dir) if out_dir else None}
     turns: list[dict[str, Any]] = []
     try:
-        with watch_callers() as seen:
-            res = await asyncio.wait_for(
-                agent.call(job.turns, out_dir=out_dir, caller_phone=sc.caller_phone, tail_ms=sc.tail_ms,
-                           call_id=call_id), opts.call_timeout_s)
-        caller = seen[-1] if seen else None
+        res = await asyncio.wait_for(
+            agent.call(job.turns, out_dir=out_dir, caller_phone=sc.caller_phone, tail_ms=sc.tail_ms,
+                       call_id=call_id), opts.call_timeout_s)
+        caller = res.caller
         truth = caller.truth if caller else []
         verdict = evaluate(sc, res, truth, caller.cues if caller else [])
         ears = ear_check(res.turns, caller.heard_onsets if caller else [])
