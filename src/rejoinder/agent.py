@@ -88,10 +88,13 @@ class Agent:
         call_id = call_id or uuid.uuid4().hex[:12]
         app = self.new_app(caller_phone, call_id)
         clock = clock or RealClock()
-        result = await run_call(turns, self.new_stack(clock), app, out_dir=out_dir, clock=clock,
+        stack = self.new_stack(clock)
+        result = await run_call(turns, stack, app, out_dir=out_dir, clock=clock,
                                 policy=self.cfg.turns, recovery=self.cfg.recovery,
                                 call_id=call_id, bus=bus, tail_ms=tail_ms, max_ms=max_ms)
         result.app = app
+        result.faults_injected = sum(len(p.injector.fired) for p in (stack.llm, stack.tts, stack.stt)
+                                     if hasattr(p, "injector"))
         return result
 
 

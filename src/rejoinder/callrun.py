@@ -71,6 +71,16 @@ class CallResult:
     unheard_context_words: int = 0
     recoveries: int = 0
     caller: Any = None  # the SimulatedCaller: ground truth, cues, what it heard
+    faults_injected: int = 0
+
+    def control_metrics(self) -> dict[str, Any]:
+        """Conversation-control figures of this call (issue: barge-in, recovery)."""
+        return {"overtalk_ms": [round(x, 1) for x in self.overtalk_ms],
+                "recovery_gap_ms": [round(x, 1) for x in self.recovery_gaps_ms()],
+                "overlapping_audio": self.overlapping_audio,
+                "unheard_context_words": self.unheard_context_words,
+                "recoveries": self.recoveries, "faults_injected": self.faults_injected,
+                "silences_over_1s": sum(1 for r in self.turns for _, d in r.stalls if d > 1000)}
 
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""

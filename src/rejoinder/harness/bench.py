@@ -159,7 +159,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                    error=res.error, transcript=transcript_text(res.transcript),
                    extra={"cues": caller.cues if caller else [],
                           "truth": [list(t) for t in truth],
-                          "ear_check_max_ms": max((e for e in ears if e is not None), default=None)})
+                          "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
+                          "control": res.control_metrics()})
         conn = getattr(getattr(res, "app", None), "conn", None)
         if conn is not None:
             conn.close()

@@ -104,6 +104,9 @@ def register(app: typer.Typer) -> None:
               hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
               network: Optional[str] = typer.Option(None, help="network-profile label"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
+              faults: Optional[str] = typer.Option(None, help="inject faults into every call: a spec "
+                                                   "like 'tts:drop@1%0.3,llm:stall=2500@3' or 'default'"),
+              fault_seed: int = typer.Option(0, help="seed of the fault injection"),
               store: Optional[Path] = STORE_OPT,
               artifacts: Optional[Path] = typer.Option(None, help="per-call timelines/transcripts folder "
                                                        "(default: beside the store)"),
@@ -132,6 +135,10 @@ def register(app: typer.Typer) -> None:
                 cfg.hosting = hosting
             if network:
                 cfg.network = network
+            if faults:
+                from ..adapters.faults import parse_faults
+                parse_faults(faults)
+                cfg.faults, cfg.fault_seed = faults, fault_seed
             st = _open(store)
         except RejoinderError as exc:
             _fail(exc)

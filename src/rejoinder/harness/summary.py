@@ -53,12 +53,29 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "task_success_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
         "failed_calls": sum(1 for c in calls if c.get("error")),
         "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
+        **control_summary(calls),
     }
     if stats:
         out["resources"] = {k: stats.get(k) for k in ("wall_s", "cpu_s", "cpu_pct", "cores",
                                                        "machine_busy_pct", "rss_start_mb", "rss_peak_mb",
                                                        "caller_cpu_s", "caller_cpu_share", "loop_lag_ms")}
     return out
+
+
+def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Barge-in and recovery figures over calls: over-talk (caller starts speaking → agent audio
+    stops at the caller) and recovery gap (audio stops → resumed audio at the caller) percentiles,
+    and the counters that must stay 0 (overlapping agent audio, unheard words in the context)."""
+    ctl = [c["extra"]["control"] for c in calls if c.get("extra") and c["extra"].get("control")]
+    return {
+        "overtalk_ms": percentiles(x for c in ctl for x in c["overtalk_ms"]),
+        "recovery_gap_ms": percentiles(x for c in ctl for x in c["recovery_gap_ms"]),
+        "overlapping_audio": sum(c["overlapping_audio"] for c in ctl),
+        "unheard_context_words": sum(c["unheard_context_words"] for c in ctl),
+        "faults_injected": sum(c["faults_injected"] for c in ctl),
+        "recoveries": sum(c["recoveries"] for c in ctl),
+        "silences_over_1s_in_reply": sum(c["silences_over_1s"] for c in ctl),
+    }
 
 
 def capacity(levels: list[dict[str, Any]], factor: float = CAPACITY_FACTOR) -> dict[str, Any]:
