@@ -17,43 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import soundfile as sf
 
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
 from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
+from .recording import WavWriter
 from .reply import RecoveryPolicy
 from .session import Session, Stack
 from .stages import Stamper
 from .timeline import Timeline, TurnRecord
 from .turns import TurnPolicy
-
-
-class StereoRecorder:
-    """Writes caller (left) and agent (right) int16 frames to a WAV, flushed every second."""
-
-    def __init__(self, path: Path, rate: int = RATE, block_frames: int = 50) -> None:
-        self._sf = sf.SoundFile(str(path), "w", samplerate=rate, channels=2, subtype="PCM_16")
-        self._buf = np.zeros((block_frames * FRAME, 2), dtype=np.int16)
-        self._fill = 0
-
-    def write(self, caller: np.ndarray, agent: np.ndarray) -> None:
-        n = len(caller)
-        self._buf[self._fill:self._fill + n, 0] = caller
-        self._buf[self._fill:self._fill + n, 1] = agent[:n]
-        self._fill += n
-        if self._fill + FRAME > len(self._buf):
-            self.flush()
-
-    def flush(self) -> None:
-        if self._fill:
-            self._sf.write(self._buf[:self._fill])
-            self._sf.flush()
-            self._fill = 0
-
-    def close(self) -> None:
-        self.flush()
-        self._sf.close()
 
 
 @dataclass
@@ -138,7 +111,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     bus.subscribe(on_event)
     session = Session(st, stack, app, policy=policy, recovery=recovery)
     caller = SimulatedCaller(turns, tail_ms=tail_ms)
-    rec = StereoRecorder(out_dir / "call.wav") if out_dir else None
+    rec = WavWriter(out_dir / "call.wav", RATE, channels=2) if out_dir else None  # L caller, R agent
     context_words: list[int] = []
     if hasattr(app, "heard"):  # what enters the LLM context, to check it against what was heard
         inner_heard = app.heard

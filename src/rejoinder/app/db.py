@@ -21,6 +21,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from rejoinder.recording import transaction
+
 DEMO_WEEK_START = date(2026, 12, 7)  # a Monday
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 OPEN_HOUR = 9  # business hours: appointments start at or after 09:00 ...
@@ -125,20 +127,6 @@ def fresh_demo_db(path: str | Path) -> sqlite3.Connection:
     conn = open_db(p)
     seed_demo(conn)
     return conn
-
-
-class transaction:
-    """``with transaction(conn):`` — BEGIN IMMEDIATE … COMMIT, ROLLBACK on exception."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 # --------------------------------------------------------------------------------------- queries

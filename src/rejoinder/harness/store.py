@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import RejoinderError
+from ..recording import transaction
 
 SCHEMA_VERSION = 2
 
@@ -282,7 +283,7 @@ class RunStore:
                               (run_id, call_id, kind, text))
 
     def _tx(self):
-        return _Tx(self.conn)
+        return transaction(self.conn)
 
     # --- reading ------------------------------------------------------------------------------
     def resolve(self, ref: str) -> str:
@@ -376,18 +377,6 @@ class RunStore:
         except sqlite3.OperationalError as exc:
             raise StoreError(f"invalid search {text!r}: {exc}") from exc
         return [dict(r) for r in rows]
-
-
-class _Tx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
 def _statements(script: str) -> list[str]:

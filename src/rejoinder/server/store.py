@@ -20,34 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ..recording import WavWriter
 from ..timeline import Timeline
 
-_BLOCK = 16000  # samples buffered before a WAV write (1 s)
-
-
-class _Wav:
-    def __init__(self, path: Path) -> None:
-        import soundfile as sf
-        self._sf = sf.SoundFile(str(path), "w", samplerate=16000, channels=1, subtype="PCM_16")
-        self._buf = np.zeros(_BLOCK, dtype=np.int16)
-        self._fill = 0
-
-    def write(self, pcm: np.ndarray) -> None:
-        n = len(pcm)
-        if self._fill + n > _BLOCK:
-            self.flush()
-        self._buf[self._fill:self._fill + n] = pcm
-        self._fill += n
-
-    def flush(self) -> None:
-        if self._fill:
-            self._sf.write(self._buf[:self._fill])
-            self._sf.flush()
-            self._fill = 0
-
-    def close(self) -> None:
-        self.flush()
-        self._sf.close()
 
 
 class CallRecord:
@@ -58,8 +33,8 @@ class CallRecord:
         self.timeline_path = folder / "timeline.jsonl" if folder else None
         self.caller_origin_ms: float | None = None
         self.agent_origin_ms: float | None = None
-        self._caller = _Wav(folder / "caller.wav") if folder else None
-        self._agent = _Wav(folder / "agent.wav") if folder else None
+        self._caller = WavWriter(folder / "caller.wav") if folder else None
+        self._agent = WavWriter(folder / "agent.wav") if folder else None
         self.summaries: list[dict[str, Any]] = []
 
     def caller(self, frame: np.ndarray) -> None:
