@@ -123,3 +123,32 @@ async def test_stt_failing_once_recovers_on_retry():
     assert app.planned == ["Where is my order?"]
     assert fired == 1  # seed 3: the first request fails, the retry succeeds
     assert [r.action for r in recs if r.stage == "stt"] == ["retry"]
+
+
+async def test_turn_with_only_interim_results_is_promoted_after_timeout():
+    from dataclasses import dataclass
+
+    from rejoinder.ports import Transcript
+
+    @dataclass
+    class InterimOnlySTT:  # a streaming recogniser that never sends its final
+        clock: VirtualClock
+        sample_rate: int = 16000
+
+        async def stream(self, audio):
+            async for _ in audio:
+                pass
+            yield Transcript("where is my order", False)
+            await self.clock.sleep_until(self.clock.now_ms() + 60000)
+            yield Transcript("never", True)
+
+    clock = VirtualClock()
+    stack = make_stack(clock, ["unused"], tokens=TOKENS)
+    stack.stt = InterimOnlySTT(clock)
+    app = ScriptedApp("Your order has shipped,")
+    res, recs = await run(stack, app, clock)
+    assert [(r.stage, r.action) for r in recs][:1] == [("stt", "promoted")]
+    assert app.planned == ["where is my order"]
+    rec = res.turns[0]
+    # committed on the silence timeout, then promoted promote_interim_ms later
+    assert rec.stamps["transcript_final"] - rec.stamps["eot_decided"] >= 2500 - 1

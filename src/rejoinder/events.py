@@ -27,6 +27,7 @@ BoundaryName = Literal[
     "tts_request",
     "tts_first_audio",
     "first_audio_out",
+    "playout_start",
     "playback_start",
     "playback_end",
     "interrupted_at",

@@ -172,6 +172,8 @@ class Playout:
             filled += take
         if filled < self.frame:
             out[filled:] = 0
+        if r.played == 0:
+            self._stamp("playout_start", r.turn_id, now, estimated=not self.caller_side)
         if not r.started_voiced:
             loud = np.flatnonzero(np.abs(out[:filled].astype(np.int32)) >= self.voiced_level)
             if len(loud):

@@ -103,6 +103,7 @@ class Session:
         self._n = 0
         self._origin_ms: float | None = None  # call-clock time of sample 0
         self._onset: dict[int, float] = {}
+        self._interim: dict[int, str] = {}  # latest interim transcript per turn
         self._spec: dict[int, tuple[float, asyncio.Task]] = {}  # turn → (end_ms, stt task)
         self._replies: dict[int, tuple[Reply | None, asyncio.Task]] = {}
         self._speaking: dict[int, Reply] = {}  # replies whose audio may be on the line
@@ -212,6 +213,8 @@ class Session:
         text = ""
         async for tr in stt.stream(one()):
             text = tr.text
+            if not tr.final:
+                self._interim[turn_id] = tr.text.strip()
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
         text = text.strip()
@@ -286,19 +289,36 @@ class Session:
         """The turn's transcript: the speculative one, else one retry; watchdog
         ``promote_interim_ms`` (STT without a final). None when STT could not deliver."""
         end_ms, stt_task = self._spec[turn_id]
-        limit = self.policy.promote_interim_ms / 1000.0
         for attempt in range(2):
             try:
-                return await asyncio.wait_for(asyncio.shield(stt_task), limit)
+                return await self._within(stt_task, self.policy.promote_interim_ms)
             except Exception as exc:  # failed or timed out: say so on the timeline, retry once
                 stt_task.cancel()
                 reason = "no final transcript in time" if isinstance(exc, TimeoutError) else repr(exc)
+                interim = self._interim.get(turn_id)
+                if isinstance(exc, TimeoutError) and interim:  # a turn with only interim results
+                    self.st.emit(Recovery("stt", "promoted", reason, interim, self.st.now(),
+                                          self.st.call_id, turn_id))
+                    return interim
                 action = "retry" if attempt == 0 else "recovery_line"
                 self.st.emit(Recovery("stt", action, reason, "", self.st.now(), self.st.call_id, turn_id))
                 if attempt == 0:
                     stt_task = self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry")
                     self._spec[turn_id] = (end_ms, stt_task)
         return None
+
+    async def _within(self, task: asyncio.Task, limit_ms: float):
+        """``await task`` but raise TimeoutError after ``limit_ms`` on the call clock (the task
+        keeps running; a virtual clock drives this watchdog in tests)."""
+        clock = self.st.clock
+        timer = asyncio.ensure_future(clock.sleep_until(clock.now_ms() + limit_ms))
+        try:
+            await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+        if not task.done():
+            raise TimeoutError
+        return task.result()
 
     async def _reply(self, turn_id: int) -> None:
         text = await self._final_transcript(turn_id)

@@ -16,7 +16,10 @@ llm_ttft            ``llm_first_token`` (if it fed speech)   LLM time to first t
 first_text          ``first_speakable_text``                 text until a speakable chunk
 tts_ttfb            first ``tts_first_audio``                TTS time to first audio
 audio_out           ``first_audio_out``                      hand-off to the transport
-playout             ``playback_start``                       transport, buffering, leading silence
+playout             ``playout_start``                        transport and buffering until the
+                                                             reply's first sample is played
+lead_silence        ``playback_start``                       leading silence in the TTS audio
+                                                             (first sample → first voiced sample)
 ==================  =======================================  ================================
 """
 
@@ -33,7 +36,7 @@ from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCal
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
 SEGMENTS = ("endpointing", "transcription", "tools", "llm_ttft", "first_text", "tts_ttfb",
-            "audio_out", "playout")
+            "audio_out", "playout", "lead_silence")
 
 
 @dataclass
@@ -70,7 +73,8 @@ class TurnRecord:
             ("first_text", s.get("first_speakable_text")),
             ("tts_ttfb", s.get("tts_first_audio")),
             ("audio_out", s.get("first_audio_out")),
-            ("playout", end),
+            ("playout", s.get("playout_start")),
+            ("lead_silence", end),
         ]
         prev = s["user_speech_end"]
         out: dict[str, float] = {}

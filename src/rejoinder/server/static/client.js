@@ -183,7 +183,7 @@ class Call {
 
 // --- page -------------------------------------------------------------------------------------
 const SEGMENTS = ["endpointing", "transcription", "tools", "llm_ttft", "first_text", "tts_ttfb",
-  "audio_out", "playout"];
+  "audio_out", "playout", "lead_silence"];
 
 const ui = {
   line(key, who, text, cls) {
