@@ -11,6 +11,7 @@ Recovery (each one is a :class:`~rejoinder.events.Recovery` event on the timelin
   whole word, and the rest of the chunk resumes from the next word on a retry, then on the backup
   TTS. Word ends come from the TTS word timings, else from the speaking rate (flagged estimated).
   Watchdog: no first audio within ``tts_first_audio_ms``.
+* The reply's first TTS audio is trimmed of the engine's leading silence (``_leading_silence``).
 * LLM fails or stalls after partial output → one retry that continues the same text (``prefix`` =
   everything generated so far); if that fails and nothing was said, a short recovery line.
   Watchdogs: ``llm_first_token_ms`` before the first token, ``llm_stall_ms`` between tokens.
@@ -93,6 +94,20 @@ async def _watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: f
             nxt.cancel()
             await asyncio.gather(nxt, return_exceptions=True)
         await stream.aclose()
+
+
+LEAD_LEVEL = 328       # int16 peak ≈ -40 dBFS: the playout's "voiced" level
+LEAD_MARGIN_MS = 15.0  # kept before the first voiced sample so the onset is not clipped
+
+
+def _leading_silence(pcm: np.ndarray, rate: int) -> int:
+    """Samples of leading silence in int16 ``pcm`` to drop (keeping ``LEAD_MARGIN_MS``).
+    Piper starts every sentence with ≈ 40–60 ms of silence, which the caller would wait through
+    before the first voiced sample (``playback_start``); between sentences pauses are kept."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= LEAD_LEVEL)
+    if not len(loud):
+        return 0
+    return max(0, int(loud[0]) - int(rate * LEAD_MARGIN_MS / 1000))
 
 
 class Reply:
@@ -240,13 +255,20 @@ class Reply:
         resampler = (None if tts.sample_rate == self.playout.rate else
                      soxr.ResampleStream(tts.sample_rate, self.playout.rate, 1, dtype="int16"))
         offset_ms = 0.0
+        trim = index == 0  # the reply's very first audio: drop the engine's leading silence
         stream = timed_tts(self.st, self.turn_id, index, tts, " ".join(rec.words))
         async for piece in _watch(stream, self.st.clock, self.policy.tts_first_audio_ms,
                                  self.policy.tts_stall_ms, "tts"):
+            raw = piece.pcm
+            if trim:
+                trim = False
+                cut = _leading_silence(raw, tts.sample_rate)
+                raw = raw[cut:]
+                offset_ms -= 1000.0 * cut / tts.sample_rate
             for w, a, b in piece.words:
-                rec.timings.append((w, a + offset_ms, b + offset_ms))
+                rec.timings.append((w, max(0.0, a + offset_ms), max(0.0, b + offset_ms)))
             offset_ms += 1000.0 * len(piece.pcm) / tts.sample_rate
-            pcm = piece.pcm if resampler is None else resampler.resample_chunk(piece.pcm)
+            pcm = raw if resampler is None else resampler.resample_chunk(raw)
             if not self._send(rec, pcm):
                 return False
         if resampler is not None:
