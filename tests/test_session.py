@@ -192,3 +192,33 @@ async def test_failure_mid_call_keeps_recording_and_timeline(tmp_path):
     assert audio.shape[1] == 2 and 1.8 <= len(audio) / rate <= 2.1  # everything up to the crash
     lines = [json.loads(x) for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
     assert any(e.get("name") == "user_speech_start" for e in lines)
+
+
+async def test_backchannel_check_failing_resumes_the_reply():
+    from rejoinder.ports import PortError
+
+    clock = VirtualClock()
+    many = [f" word{i}" for i in range(20)] + ["."]
+    stack = make_stack(clock, ["Check order 4217."], tokens=many)
+    inner = stack.stt
+
+    class ShortAudioFails:
+        sample_rate = 16000
+
+        async def stream(self, audio):
+            chunks = [c async for c in audio]
+            if sum(len(c) for c in chunks) < 16000 * 0.8:
+                raise PortError("recogniser unavailable")
+
+            async def again():
+                for c in chunks:
+                    yield c
+            async for tr in inner.stream(again()):
+                yield tr
+
+    stack.stt = ShortAudioFails()
+    app = ScriptedApp()
+    res = await run_call([turn(tone(600)), turn(tone(250), barge_in_ms=1500)], stack, app,
+                         clock=clock, tail_ms=1500)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert app.heard_log == ["Order 4217 has shipped," + "".join(many)]

@@ -99,7 +99,8 @@ class Session:
         self.tracker = VadTracker(stack.vad, pause_ms=self.policy.pause_ms)
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
-        self._audio = np.zeros(int(LINE_RATE * max_seconds), dtype=np.float32)
+        self._max_samples = int(LINE_RATE * max_seconds)
+        self._audio = np.zeros(min(self._max_samples, LINE_RATE * 60), dtype=np.float32)
         self._n = 0
         self._origin_ms: float | None = None  # call-clock time of sample 0
         self._onset: dict[int, float] = {}
@@ -120,8 +121,12 @@ class Session:
         if self._origin_ms is None:
             self._origin_ms = t_ms
         n = len(pcm)
-        if self._n + n > len(self._audio):
-            raise RuntimeError("call longer than max_seconds")
+        if self._n + n > len(self._audio):  # grow by doubling: a copy once a minute at most
+            if self._n + n > self._max_samples:
+                raise RuntimeError("call longer than max_seconds")
+            grown = np.zeros(min(self._max_samples, 2 * len(self._audio)), dtype=np.float32)
+            grown[:self._n] = self._audio[:self._n]
+            self._audio = grown
         frame = self._audio[self._n:self._n + n]
         np.multiply(pcm, 1.0 / 32768.0, out=frame, casting="unsafe")
         self._n += n
@@ -267,8 +272,13 @@ class Session:
             yield audio
 
         text = ""
-        async for tr in self.stack.stt.stream(one()):
-            text = tr.text
+        try:
+            async for tr in self.stack.stt.stream(one()):
+                text = tr.text
+        except Exception as exc:  # cannot tell: treat the short sound as noise and go on talking
+            self.st.emit(Recovery("stt", "resume", repr(exc), "", self.st.now(), self.st.call_id,
+                                  a.turn_id))
+            text = ""
         bc = is_backchannel(text, self.policy)
         self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, a.turn_id,
                                      speculative=True))
