@@ -39,7 +39,12 @@ class Agent:
     async def warmup(self) -> None:
         """Load every model (off the event loop) and prefill the LLM's system prompt."""
         if self._stack is None:
-            self._stack = await asyncio.to_thread(build_stack, self.cfg.stack)
+            stack_cfg = self.cfg.stack
+            if stack_cfg.whisper.initial_prompt is None:  # the application's vocabulary
+                from .app.assistant import STT_PROMPT
+                stack_cfg = stack_cfg.model_copy(deep=True)
+                stack_cfg.whisper.initial_prompt = STT_PROMPT
+            self._stack = await asyncio.to_thread(build_stack, stack_cfg)
             self._backup_tts = None
             if self.cfg.backup_tts and self.cfg.backup_tts != self.cfg.stack.tts:
                 backup_cfg = self.cfg.stack.model_copy(update={"tts": self.cfg.backup_tts})
