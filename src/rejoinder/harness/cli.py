@@ -72,6 +72,23 @@ def print_summary(summary: dict[str, Any]) -> None:
                     "—" if share is None else f"{100 * share:.2f}%", _f((r.get("loop_lag_ms") or {}).get("p99")))
     out.print(lat)
     out.print(res)
+    ctl = Table(title="conversation control: over-talk (caller starts → agent audio stops at the caller) "
+                "and recovery gap (ms)", box=box.SIMPLE_HEAD)
+    for h in ("N", "over-talk p50", "p95", "n", "recovery gap p50", "p95", "faults", "recoveries",
+              "overlapping audio", "unheard ctx words", "silences >1 s"):
+        ctl.add_column(h, justify="right")
+    shown = False
+    for lv in summary["levels"]:
+        if "overtalk_ms" not in lv:
+            continue
+        shown = True
+        ot, gap = lv["overtalk_ms"], lv["recovery_gap_ms"]
+        ctl.add_row(str(lv["concurrency"]), _f(ot["p50"]), _f(ot["p95"]), str(lv.get("overtalk_n", "")),
+                    _f(gap["p50"]), _f(gap["p95"]), str(lv["faults_injected"]), str(lv["recoveries"]),
+                    str(lv["overlapping_audio"]), str(lv["unheard_context_words"]),
+                    str(lv["silences_over_1s_in_reply"]))
+    if shown:
+        out.print(ctl)
     cap = summary["capacity"]
     if cap.get("concurrency") is not None:
         out.print(f"capacity: up to [bold]{cap['concurrency']}[/] call(s) at once keep V2V p95 within "

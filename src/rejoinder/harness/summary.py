@@ -69,6 +69,7 @@ def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
     ctl = [c["extra"]["control"] for c in calls if c.get("extra") and c["extra"].get("control")]
     return {
         "overtalk_ms": percentiles(x for c in ctl for x in c["overtalk_ms"]),
+        "overtalk_n": sum(len(c["overtalk_ms"]) for c in ctl),
         "recovery_gap_ms": percentiles(x for c in ctl for x in c["recovery_gap_ms"]),
         "overlapping_audio": sum(c["overlapping_audio"] for c in ctl),
         "unheard_context_words": sum(c["unheard_context_words"] for c in ctl),
