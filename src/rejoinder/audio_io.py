@@ -40,9 +40,13 @@ def load_audio(path: str | Path, *, min_duration_s: float = MIN_DURATION_S) -> t
     try:
         data, rate = sf.read(str(p), dtype="float32", always_2d=True)
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
-        raise AudioInputError(
-            f"{p}: cannot be decoded as audio ({exc}); convert it to a 16-bit PCM WAV, e.g. "
-            f"`sox {p.name} -b 16 out.wav` or `ffmpeg -i {p.name} out.wav`") from exc
+        with open(p, "rb") as fh:
+            head = fh.read(12)
+        known = head[:4] in (b"RIFF", b"fLaC", b"OggS", b"FORM") or head[:3] == b"ID3"
+        hint = ("it looks like audio in a format libsndfile cannot read; convert it to a 16-bit "
+                f"PCM WAV, e.g. `ffmpeg -i {p.name} out.wav`" if known else
+                "it is not an audio file (no WAV/FLAC header); pass a WAV or FLAC recording")
+        raise AudioInputError(f"{p}: cannot be decoded as audio ({exc}); {hint}") from exc
     if data.shape[0] == 0:
         raise AudioInputError(f"{p}: the file holds 0 samples; record or export the audio again")
     mono = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]

@@ -81,6 +81,9 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
             return await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
 
         result = asyncio.run(main())
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {out}")
+        raise typer.Exit(130)
     except RejoinderError as exc:
         _fail(exc)
     print_turns(result, json_out)
@@ -109,7 +112,8 @@ def prepare() -> None:
         _fail(exc)
     console.print(f"whisper model ready in {folder}")
     for stage, info in models.items():
-        console.print(f"  {stage}: {info.get('name')}  {info.get('path', '')}")
+        files = ", ".join(f["path"] for f in info.get("files", [])) or "(no weight file)"
+        console.print(f"  {stage}: {info.get('model')} [{info.get('license')}]  {files}")
 
 
 from .harness.cli import register as _register_harness  # noqa: E402

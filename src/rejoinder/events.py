@@ -5,7 +5,7 @@ milliseconds on the call's one monotonic clock (see :mod:`rejoinder.clock`). ``t
 caller turn the event belongs to (0 before the first turn is opened). Observers (timeline, recorder,
 metrics) read events from the :class:`EventBus`; they never sit in the data path.
 
-The measurement contract of ``shared/DESIGN.md`` is carried by :class:`Boundary` events whose
+The measurement contract (README, "The measurement contract") is carried by :class:`Boundary` events whose
 ``name`` is one of :data:`BOUNDARIES`.
 """
 

@@ -177,7 +177,9 @@ def load_scenario(path: str | Path) -> Scenario:
             if seg.asterisk and not (ASTERISK_DIR / f"{seg.asterisk}.wav").exists():
                 raise ScenarioError(f"{path}:{_line_of(text, ('turns', i, 'audio', j)) or 1}: field "
                                     f"'turns.{i}.audio.{j}.asterisk': prompt '{seg.asterisk}' not found in "
-                                    f"{ASTERISK_DIR}; install it with: apt-get install asterisk-core-sounds-en-wav")
+                                    f"{ASTERISK_DIR}; " + (
+                                        "check the name (ls that folder; no .wav suffix)" if ASTERISK_DIR.is_dir()
+                                        else "install the prompts: apt-get install asterisk-core-sounds-en-wav"))
             if seg.file and not (path.parent / seg.file).exists() and not Path(seg.file).exists():
                 raise ScenarioError(f"{path}:{_line_of(text, ('turns', i, 'audio', j)) or 1}: field "
                                     f"'turns.{i}.audio.{j}.file': {seg.file} does not exist")

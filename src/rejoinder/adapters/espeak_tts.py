@@ -72,7 +72,7 @@ def _library() -> tuple[ctypes.CDLL, int]:
         try:
             import espeakng_loader
         except ImportError as exc:
-            raise MissingExtra("espeak-ng (espeakng-loader wheel)", "espeakng-loader>=0.2") from exc
+            raise MissingExtra("espeak-ng TTS (GPL-3.0, optional)", "rejoinder[espeak]") from exc
         lib = ctypes.CDLL(espeakng_loader.get_library_path())
         lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         lib.espeak_Initialize.restype = ctypes.c_int

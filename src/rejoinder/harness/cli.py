@@ -15,7 +15,9 @@ from typing import Any, Optional
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import RejoinderError
 
@@ -33,9 +35,18 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _open(store: Optional[Path]):
-    from .store import RunStore
+def _open(store: Optional[Path], *, must_exist: bool = False):
+    """The run store; ``must_exist`` for read-only commands, so a mistyped path is an error
+    instead of a new empty store."""
+    from .store import RunStore, StoreError, default_store_path
+    path = store if store is not None else default_store_path()
+    if must_exist and not Path(path).exists():
+        raise StoreError(f"no run store at {path}; run `rejoinder bench` first or pass the right --store")
     return RunStore(store)
+
+
+def _store_flag(store: Optional[Path]) -> str:
+    return f" --store {store}" if store is not None else ""
 
 
 def _levels(text: str) -> list[int]:
@@ -196,14 +207,15 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(summary, indent=2, default=str))
         else:
             print_summary(summary)
-        err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder report {run_id}` for the plots")
+        err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder report {run_id}{_store_flag(store)}` "
+                  "for the plots")
 
     @runs.command("list")
     def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[Path] = STORE_OPT,
                   json_out: bool = typer.Option(False, "--json")) -> None:
         """The newest runs: status, suite, levels, calls and task success."""
         try:
-            rows = _open(store).runs(limit)
+            rows = _open(store, must_exist=True).runs(limit)
         except RejoinderError as exc:
             _fail(exc)
         if json_out:
@@ -227,7 +239,7 @@ def register(app: typer.Typer) -> None:
         """A run's summary per level, its notes and its failed checks."""
         from .summary import run_summary
         try:
-            st = _open(store)
+            st = _open(store, must_exist=True)
             info, summary = st.run(run), run_summary(st, run)
         except RejoinderError as exc:
             _fail(exc)
@@ -237,16 +249,16 @@ def register(app: typer.Typer) -> None:
         c = info["conditions"]
         code = c.get("code", {})
         out.print(f"[bold]{info['id']}[/] {info['status']} · {info['started_at']} → {info.get('ended_at')}\n"
-                  f"command: {info.get('command')}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
+                  f"command: {escape(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
                   f"rejoinder {code.get('rejoinder')} · hosting {c.get('hosting')} · network {c.get('network')}\n"
                   f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
                   f" · stack: {_stack_names((c.get('config') or {}).get('stack') or {})}")
         print_summary(summary)
         for n in info["notes"]:
-            out.print(f"note {n['at'][:19]}: {n['text']}")
+            out.print(f"note {n['at'][:19]}: {escape(n['text'])}")
         for call in st.calls(info["id"]):
             for f in call["failures"]:
-                out.print(f"[red]✗[/] {call['concurrency']} at once · {call['scenario']}: {f}")
+                out.print(f"[red]✗[/] {call['concurrency']} at once · {escape(call['scenario'])}: {escape(f)}")
 
     @runs.command("search")
     def runs_search(text: str = typer.Argument(..., help='words (all required), or FTS5 syntax: "a phrase", OR, prefix*'),
@@ -254,7 +266,7 @@ def register(app: typer.Typer) -> None:
                     json_out: bool = typer.Option(False, "--json")) -> None:
         """Full-text search over transcripts, failure reasons, notes and run conditions."""
         try:
-            hits = _open(store).search(text, limit)
+            hits = _open(store, must_exist=True).search(text, limit)
         except RejoinderError as exc:
             _fail(exc)
         if json_out:
@@ -264,7 +276,7 @@ def register(app: typer.Typer) -> None:
         for h in ("run", "call", "kind", "match"):
             t.add_column(h, overflow="fold")
         for h in hits:
-            t.add_row(h["run_id"], h["call_id"] or "", h["kind"], h["snippet"])
+            t.add_row(h["run_id"], h["call_id"] or "", h["kind"], Text(h["snippet"]))
         out.print(t if hits else "no matches")
 
     @runs.command("note")
@@ -272,7 +284,7 @@ def register(app: typer.Typer) -> None:
                   store: Optional[Path] = STORE_OPT) -> None:
         """Attach a free-text note to a run (searchable)."""
         try:
-            st = _open(store)
+            st = _open(store, must_exist=True)
             st.add_note(run, text)
         except RejoinderError as exc:
             _fail(exc)
@@ -286,7 +298,7 @@ def register(app: typer.Typer) -> None:
         """Every boundary side by side: medians, Δ (B − A), bootstrap 95 % CI, and which are real."""
         from .compare import compare_runs
         try:
-            res = compare_runs(_open(store), a, b, concurrency=concurrency, min_ms=min_ms)
+            res = compare_runs(_open(store, must_exist=True), a, b, concurrency=concurrency, min_ms=min_ms)
         except RejoinderError as exc:
             _fail(exc)
         if json_out:
@@ -319,7 +331,7 @@ def register(app: typer.Typer) -> None:
         from .report import write_report
         from .summary import run_summary
         try:
-            st = _open(store)
+            st = _open(store, must_exist=True)
             path = write_report(st, run, out_path)
             print_summary(run_summary(st, run))
         except RejoinderError as exc:
