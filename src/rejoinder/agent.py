@@ -19,7 +19,7 @@ from .callrun import CallResult, run_call
 from .adapters.faults import FaultyLLM, FaultySTT, FaultyTTS, parse_faults
 from .clock import Clock, RealClock
 from .config import AgentConfig
-from .errors import AudioInputError
+from .errors import AudioInputError, MissingExtra
 from .events import EventBus
 from .scenario import CallerTurn, Scenario, Segment, load_scenario
 from .session import Stack
@@ -49,7 +49,11 @@ class Agent:
             if self.cfg.backup_tts and self.cfg.backup_tts != self.cfg.stack.tts:
                 backup_cfg = self.cfg.stack.model_copy(update={"tts": self.cfg.backup_tts})
                 validate(backup_cfg)
-                self._backup_tts = await asyncio.to_thread(BUILDERS["tts"][self.cfg.backup_tts], backup_cfg)
+                try:
+                    self._backup_tts = await asyncio.to_thread(BUILDERS["tts"][self.cfg.backup_tts],
+                                                               backup_cfg)
+                except MissingExtra:  # a backup is a nicety: run without one (retries still apply)
+                    self._backup_tts = None
             from .app.assistant import SYSTEM_PROMPT
             warm = getattr(self._stack.llm, "warmup", None)
             if warm is not None:

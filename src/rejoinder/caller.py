@@ -3,7 +3,7 @@
 The caller renders each turn's audio up front (16 kHz int16 mono), then, once per 20 ms frame,
 decides what to say from what it has *heard* (voiced detection on the agent audio it receives, not
 from the agent's internal state). Its own audio is the ground truth for ``user_speech_start`` and
-``user_speech_end`` (DESIGN.md): the first and last sample of each turn above ``voiced_level``.
+``user_speech_end`` (the measurement contract): the first and last sample of each turn above ``voiced_level``.
 Its CPU time per frame is accumulated in :attr:`SimulatedCaller.cpu_s` so harness reports can show
 that the caller does not distort the agent.
 

@@ -5,7 +5,7 @@
 :meth:`tick`, from the reply currently queued. It is the *caller side* of the measurement: it stamps
 
 * ``playback_start`` — first voiced sample (|x| ≥ ``voiced_level``) of a reply the caller hears;
-  leading silence in TTS audio therefore counts as waiting, as DESIGN.md requires;
+  leading silence in TTS audio therefore counts as waiting, as the measurement contract requires;
 * ``stall`` — each interval where the reply was not finished but the buffer ran dry (underrun);
 * ``playback_end`` / ``interrupted_at`` — the end of the reply as heard, or the cut.
 

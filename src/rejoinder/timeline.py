@@ -1,6 +1,6 @@
 """Boundary events → per-turn records, critical path and voice-to-voice latency.
 
-Critical path (DESIGN.md): the checkpoints below, in causal order, from ``user_speech_end`` to
+Critical path (the measurement contract): the checkpoints below, in causal order, from ``user_speech_end`` to
 ``playback_start``. Each checkpoint time is clamped into ``[previous checkpoint, playback_start]``
 so that work hidden behind an earlier stage (e.g. a speculative transcript ready before the end of
 turn was decided) contributes 0 ms, and the segments add up *exactly* to V2V. A checkpoint that did

@@ -12,7 +12,7 @@ A difference is called **real** when it is both
   either way, the resolution of the measurement).
 
 A real difference in ``playout`` with a TTS change is expected: leading silence in the TTS
-audio is heard as waiting (DESIGN.md), so a voice that starts with 40 ms of silence shows there.
+audio is heard as waiting (the measurement contract), so a voice that starts with 40 ms of silence shows there.
 
 The conditions that differ between the two runs (configuration, models, code, machine) are
 listed first, so a difference can be traced to its cause.

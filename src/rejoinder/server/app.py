@@ -63,6 +63,20 @@ class CallProvider(Protocol):
     def new_app(self, caller_phone: str | None, call_id: str) -> Any: ...
 
 
+def _conditions(provider: Any, cfg: Any) -> dict[str, Any]:
+    """The live run's conditions, recorded like a harness run's (versions, models, machine…)."""
+    agent_cfg = getattr(getattr(provider, "agent", None), "cfg", None)
+    if agent_cfg is None:  # a test provider: no agent configuration to describe
+        return {"transport": "live", "hosting": getattr(provider, "hosting", "unknown"),
+                "max_calls": cfg.max_calls}
+    from ..harness import conditions
+    out = conditions.collect(agent_cfg, concurrency=[cfg.max_calls], scenarios={}, repeat=1,
+                             suite="live")
+    out.update(transport="live", max_calls=cfg.max_calls,
+               arrangement="one server process, each socket a call sharing the loaded models")
+    return out
+
+
 class AgentProvider:
     """The embedded agent (:class:`rejoinder.agent.Agent`): models shared, one app per call."""
 
@@ -126,10 +140,8 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
     async def lifespan(app: FastAPI):
         task = asyncio.create_task(load_models())
         if cfg.record_runs:
-            conditions = {"transport": "live", "hosting": getattr(provider, "hosting", "unknown"),
-                          "stack": getattr(provider, "describe", lambda: {})(),
-                          "max_calls": cfg.max_calls}
-            state.runs = await asyncio.to_thread(LiveRuns, cfg.run_store, conditions, "rejoinder serve")
+            state.runs = await asyncio.to_thread(LiveRuns, cfg.run_store, _conditions(provider, cfg),
+                                                 "rejoinder serve")
         try:
             yield
         finally:
