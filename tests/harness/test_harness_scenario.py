@@ -67,7 +67,7 @@ def test_yaml_syntax_error_has_line(tmp_path):
 def test_missing_prompt_and_file(tmp_path):
     p = write(tmp_path, "name: x\nturns:\n  - audio:\n      - silence_ms: 10\n      - asterisk: digits/nope\n")
     msg = error_of(p)
-    assert f"{p}:5: field 'turns.0.audio.1.asterisk'" in msg and "apt-get install" in msg
+    assert f"{p}:5: field 'turns.0.audio.1.asterisk'" in msg and "check the name" in msg
     p = write(tmp_path, "name: x\nturns:\n  - audio:\n      - file: missing.wav\n")
     assert f"{p}:4: field 'turns.0.audio.0.file': missing.wav does not exist" in error_of(p)
 
