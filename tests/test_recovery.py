@@ -152,3 +152,33 @@ async def test_turn_with_only_interim_results_is_promoted_after_timeout():
     rec = res.turns[0]
     # committed on the silence timeout, then promoted promote_interim_ms later
     assert rec.stamps["transcript_final"] - rec.stamps["eot_decided"] >= 2500 - 1
+
+
+async def test_slow_optional_continuation_is_skipped_for_the_tail_before_the_first_clause_ends():
+    from dataclasses import dataclass
+
+    from rejoinder.ports import LLMRequest
+
+    @dataclass
+    class GuardedReply:
+        first_clause: str
+        llm_request: LLMRequest
+        tail: str = "It arrives on Friday."
+
+        def grounded(self, text: str) -> bool:
+            return True
+
+    class GuardedApp(ScriptedApp):
+        def compose(self, plan, results):
+            return GuardedReply(self.first_clause, LLMRequest(messages=(), prefix=self.first_clause))
+
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Where is my order?"], tokens=TOKENS)
+    stack.llm.ttft_ms = 2000.0  # the LLM is queued behind other calls
+    app = GuardedApp("Your order has shipped,")
+    res, recs = await run(stack, app, clock)
+    assert [(r.stage, r.action) for r in recs] == [("llm", "skipped")]
+    assert words(app.heard_log[0]) == words("Your order has shipped, It arrives on Friday.")
+    rec = res.turns[0]
+    assert rec.status == "completed"  # a planned fallback, not a failure
+    assert all(d < 400 for _, d in rec.stalls)  # the tail followed the first clause without a gap

@@ -20,7 +20,7 @@ import numpy as np
 
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
-from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
+from .events import FALLBACK_ACTIONS, AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
 from .recording import WavWriter
 from .reply import RecoveryPolicy
 from .session import Session, Stack
@@ -58,7 +58,7 @@ class CallResult:
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
         return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries and
-                any(x["action"] != "ungrounded" for x in r.recoveries)]
+                any(x["action"] not in FALLBACK_ACTIONS for x in r.recoveries)]
 
 
 def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]]) -> None:
@@ -103,7 +103,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
         elif isinstance(ev, AgentSpeech):
             lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
             heard_words.append(len(ev.heard_text.split()))
-        elif isinstance(ev, Recovery) and ev.action != "ungrounded":
+        elif isinstance(ev, Recovery) and ev.action not in FALLBACK_ACTIONS:
             recoveries[0] += 1
         elif isinstance(ev, Boundary) and ev.name == "tool_start":
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})

@@ -89,3 +89,17 @@ class VirtualClock:
 
     async def pace(self, t_ms: float) -> None:
         await self.advance_to(t_ms)
+
+
+async def wait_within(clock: Clock, task: "asyncio.Future", limit_ms: float):
+    """``await task`` but raise TimeoutError after ``limit_ms`` on ``clock`` (the task keeps
+    running; the caller decides whether to cancel it). Watchdogs use this so that a virtual clock
+    drives them in tests exactly like the real one in calls."""
+    timer = asyncio.ensure_future(clock.sleep_until(clock.now_ms() + limit_ms))
+    try:
+        await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    if not task.done():
+        raise TimeoutError
+    return task.result()

@@ -29,7 +29,7 @@ import numpy as np
 import soxr
 from pydantic import BaseModel, ConfigDict
 
-from .clock import Clock
+from .clock import Clock, wait_within
 from .events import ErrorEvent, LlmToken, Recovery, SpeakableText
 from .line import Playout
 from .ports import LLMPort, LLMRequest, PortError, TTSPort
@@ -49,6 +49,8 @@ class RecoveryPolicy(BaseModel):
     llm_stall_ms: float = 700.0
     tts_retries: int = 1
     llm_retries: int = 1
+    tail_margin_ms: float = 300.0  # an optional continuation must be ready this long before the
+    # queued audio runs out, so the deterministic tail can still be synthesized without a gap
 
 
 class WatchdogTimeout(PortError):
@@ -169,32 +171,22 @@ class Reply:
             guard = self._guard
             held: list[str] = []
             chunker = SpeakableChunker()
-            generated = ""
-            for attempt in range(self.policy.llm_retries + 1):
-                req = request if attempt == 0 else LLMRequest(
-                    request.messages, max(8, request.max_tokens - len(generated) // 4),
-                    request.temperature, request.json_schema, request.prefix + generated, request.stop)
-                try:
-                    stream = timed_llm(self.st, self.turn_id, self.llm, req)
-                    async for delta in _watch(stream, self.st.clock, self.policy.llm_first_token_ms,
-                                              self.policy.llm_stall_ms, "llm"):
-                        generated += delta
-                        self.st.emit(LlmToken(delta, self.st.now(), self.st.call_id, self.turn_id))
-                        for chunk in chunker.push(delta):
-                            (held.append if guard else queue.put_nowait)(chunk)
-                    break
-                except Exception as exc:
-                    for chunk in chunker.flush():  # say what we have while we recover
-                        (held.append if guard else queue.put_nowait)(chunk)
-                    if attempt < self.policy.llm_retries:
-                        self._recovered("llm", "retry", repr(exc), generated[-40:])
-                        continue
-                    if not first_clause and not generated.strip():
-                        self._recovered("llm", "recovery_line", repr(exc), "")
-                        queue.put_nowait(RECOVERY_LINE)
-                    else:
-                        self._recovered("llm", "give_up", repr(exc), "")
-            held.extend(chunker.flush()) if guard else [queue.put_nowait(c) for c in chunker.flush()]
+            cont = asyncio.ensure_future(self._continue(request, first_clause, chunker, held, queue))
+            budget = self._continuation_budget() if (guard and tail and first_clause) else None
+            try:
+                generated = await (cont if budget is None else wait_within(self.st.clock, cont, budget))
+            except TimeoutError:
+                # the continuation is optional (the tail states the same facts): it must be ready
+                # before the first clause has played out, or the caller would hear a silence
+                cont.cancel()
+                await asyncio.gather(cont, return_exceptions=True)
+                self._recovered("llm", "skipped", f"continuation not ready within {budget:.0f} ms "
+                                "(before the first clause ends)", "")
+                held.clear()
+                generated = ""
+                guard = None
+            else:
+                held.extend(chunker.flush()) if guard else [queue.put_nowait(c) for c in chunker.flush()]
             if guard is not None:
                 if guard("".join(held)):
                     for chunk in held:
@@ -207,6 +199,45 @@ class Reply:
                 queue.put_nowait((" " if first_clause else "") + tail)
         finally:
             queue.put_nowait(None)
+
+    def _continuation_budget(self) -> float:
+        """ms until the audio already queued for this reply runs out, less the time the tail's
+        synthesis needs (``tail_margin_ms``)."""
+        r = self.playout.reply
+        left = 1000.0 * (r.queued - r.played) / self.playout.rate if r is not None else 0.0
+        return max(0.0, left - self.policy.tail_margin_ms)
+
+    async def _continue(self, request: LLMRequest, first_clause: str, chunker: SpeakableChunker,
+                        held: list[str], queue: asyncio.Queue[str | None]) -> str:
+        """Stream the LLM continuation (retrying once after a failure, from the text so far) into
+        ``held`` (guarded) or straight to ``queue``; return the generated text."""
+        guard = self._guard
+        generated = ""
+        for attempt in range(self.policy.llm_retries + 1):
+            req = request if attempt == 0 else LLMRequest(
+                request.messages, max(8, request.max_tokens - len(generated) // 4),
+                request.temperature, request.json_schema, request.prefix + generated, request.stop)
+            try:
+                stream = timed_llm(self.st, self.turn_id, self.llm, req)
+                async for delta in _watch(stream, self.st.clock, self.policy.llm_first_token_ms,
+                                          self.policy.llm_stall_ms, "llm"):
+                    generated += delta
+                    self.st.emit(LlmToken(delta, self.st.now(), self.st.call_id, self.turn_id))
+                    for chunk in chunker.push(delta):
+                        (held.append if guard else queue.put_nowait)(chunk)
+                break
+            except Exception as exc:
+                for chunk in chunker.flush():  # say what we have while we recover
+                    (held.append if guard else queue.put_nowait)(chunk)
+                if attempt < self.policy.llm_retries:
+                    self._recovered("llm", "retry", repr(exc), generated[-40:])
+                    continue
+                if not first_clause and not generated.strip():
+                    self._recovered("llm", "recovery_line", repr(exc), "")
+                    queue.put_nowait(RECOVERY_LINE)
+                else:
+                    self._recovered("llm", "give_up", repr(exc), "")
+        return generated
 
     # --- audio ------------------------------------------------------------------------------
     async def _synthesize(self, queue: asyncio.Queue[str | None]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .audio_io import resample
+from .clock import wait_within
 from .events import AgentSpeech, ErrorEvent, Recovery, ToolCallEvent, TranscriptEvent, TurnDecision
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
@@ -301,7 +302,7 @@ class Session:
         end_ms, stt_task = self._spec[turn_id]
         for attempt in range(2):
             try:
-                return await self._within(stt_task, self.policy.promote_interim_ms)
+                return await wait_within(self.st.clock, stt_task, self.policy.promote_interim_ms)
             except Exception as exc:  # failed or timed out: say so on the timeline, retry once
                 stt_task.cancel()
                 reason = "no final transcript in time" if isinstance(exc, TimeoutError) else repr(exc)
@@ -316,19 +317,6 @@ class Session:
                     stt_task = self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry")
                     self._spec[turn_id] = (end_ms, stt_task)
         return None
-
-    async def _within(self, task: asyncio.Task, limit_ms: float):
-        """``await task`` but raise TimeoutError after ``limit_ms`` on the call clock (the task
-        keeps running; a virtual clock drives this watchdog in tests)."""
-        clock = self.st.clock
-        timer = asyncio.ensure_future(clock.sleep_until(clock.now_ms() + limit_ms))
-        try:
-            await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-        if not task.done():
-            raise TimeoutError
-        return task.result()
 
     async def _reply(self, turn_id: int) -> None:
         text = await self._final_transcript(turn_id)
