@@ -77,15 +77,10 @@ async def _watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: f
         while True:
             limit = first_ms if first else gap_ms
             nxt = asyncio.ensure_future(anext(stream))
-            timer = asyncio.ensure_future(clock.sleep_until(clock.now_ms() + limit))
             try:
-                await asyncio.wait((nxt, timer), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                timer.cancel()
-            if not nxt.done():
-                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms")
-            try:
-                item = nxt.result()
+                item = await wait_within(clock, nxt, limit)
+            except TimeoutError:
+                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms") from None
             except StopAsyncIteration:
                 return
             nxt = None
