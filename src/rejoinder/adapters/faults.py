@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, AsyncIterable, AsyncIterator
+from typing import Any, AsyncIterator
 
 from ..clock import Clock
 from ..errors import ConfigError
-from ..ports import LLMRequest, PortError, TTSAudio, Transcript
+from ..ports import PortError, TTSAudio
 
 DEFAULT_SWEEP = "tts:drop@2%0.25,tts:slow=700%0.15,llm:stall=2500@3%0.2,llm:error%0.1,llm:drop@5%0.15"
 KINDS = ("drop", "stall", "error", "slow")
@@ -111,41 +111,38 @@ class _Injector:
             await stream.aclose()  # type: ignore[attr-defined]
 
 
-class FaultyLLM:
-    """An LLM port with faults injected into its token stream."""
+class _FaultyPort:
+    """Wraps one port: its ``stream`` goes through the injector of this stage's faults; every
+    other attribute (``model_name``, ``sample_rate``, ``voice_name``, ``warmup``…) is the inner
+    port's."""
 
-    def __init__(self, inner, faults: list[Fault], clock: Clock, seed: int = 0) -> None:
+    stage = ""
+
+    def __init__(self, inner: Any, faults: list[Fault], clock: Clock, seed: int = 0) -> None:
         self.inner = inner
-        self.model_name = inner.model_name
-        self.injector = _Injector([f for f in faults if f.stage == "llm"], clock, random.Random(seed))
+        self.injector = _Injector([f for f in faults if f.stage == self.stage], clock,
+                                  random.Random(seed))
 
-    def stream(self, request: LLMRequest) -> AsyncIterator[str]:
-        return self.injector.apply(self.inner.stream(request))
+    def stream(self, arg: Any) -> AsyncIterator[Any]:
+        return self.injector.apply(self.inner.stream(arg))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
-class FaultyTTS:
-    """A TTS port with faults injected into its audio stream."""
+class FaultyLLM(_FaultyPort):
+    """An LLM port with faults injected into its token stream (``stream(LLMRequest)``)."""
 
-    def __init__(self, inner, faults: list[Fault], clock: Clock, seed: int = 0) -> None:
-        self.inner = inner
-        self.sample_rate = inner.sample_rate
-        self.voice_name = inner.voice_name
-        self.injector = _Injector([f for f in faults if f.stage == "tts"], clock, random.Random(seed))
-
-    def stream(self, text: str) -> AsyncIterator[TTSAudio]:
-        return self.injector.apply(self.inner.stream(text))
+    stage = "llm"
 
 
-class FaultySTT:
-    """An STT port with faults injected into its transcript stream."""
+class FaultyTTS(_FaultyPort):
+    """A TTS port with faults injected into its audio stream (``stream(text)``)."""
 
-    def __init__(self, inner, faults: list[Fault], clock: Clock, seed: int = 0) -> None:
-        self.inner = inner
-        self.sample_rate = inner.sample_rate
-        self.injector = _Injector([f for f in faults if f.stage == "stt"], clock, random.Random(seed))
+    stage = "tts"
 
-    def stream(self, audio: AsyncIterable) -> AsyncIterator[Transcript]:
-        return self.injector.apply(self.inner.stream(audio))
+
+class FaultySTT(_FaultyPort):
+    """An STT port with faults injected into its transcript stream (``stream(audio chunks)``)."""
+
+    stage = "stt"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -102,6 +102,22 @@ ClientMessage = Annotated[Union[Hello, Pong, Played, Stats, Bye], Field(discrimi
 _CLIENT = TypeAdapter(ClientMessage)
 
 
+def load_json_object(text: str, key: str, what: str) -> dict[str, Any]:
+    """Parse a text frame that must be a JSON object with a string ``key``.
+
+    Raises:
+        CallEnded: ``BAD_DATA`` when it is not JSON, ``PROTOCOL`` when it lacks ``key``.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise CallEnded(Close.BAD_DATA, "text frame is not JSON", error_code="bad_json") from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), str):
+        raise CallEnded(Close.PROTOCOL, f"{what} is a JSON object with a '{key}'",
+                        error_code="bad_message")
+    return data
+
+
 def parse_control(text: str) -> Hello | Pong | Played | Stats | Bye:
     """Parse one client text frame.
 
@@ -109,13 +125,7 @@ def parse_control(text: str) -> Hello | Pong | Played | Stats | Bye:
         CallEnded: ``BAD_DATA`` for text that is not JSON, ``PROTOCOL`` for JSON that is not a
             known message (the reason names the problem).
     """
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        raise CallEnded(Close.BAD_DATA, "text frame is not JSON", error_code="bad_json") from None
-    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise CallEnded(Close.PROTOCOL, "a control message is a JSON object with a 'type'",
-                        error_code="bad_message")
+    data = load_json_object(text, "type", "a control message")
     try:
         return _CLIENT.validate_python(data)
     except ValidationError as exc:

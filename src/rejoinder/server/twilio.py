@@ -36,7 +36,7 @@ from ..session import LINE_RATE
 from .g711 import ulaw_decode, ulaw_encode
 from .guard import MessageGuard, check_token
 from .live import LiveCall, Out
-from .protocol import CallEnded, Close
+from .protocol import CallEnded, Close, load_json_object
 
 RATE = 8000
 VOICED = 328
@@ -58,14 +58,7 @@ class Start(BaseModel):
 
 
 def _load(text: str) -> dict[str, Any]:
-    try:
-        msg = json.loads(text)
-    except (ValueError, RecursionError):
-        raise CallEnded(Close.BAD_DATA, "text frame is not JSON", error_code="bad_json") from None
-    if not isinstance(msg, dict) or not isinstance(msg.get("event"), str):
-        raise CallEnded(Close.PROTOCOL, "a Media Streams message is a JSON object with an 'event'",
-                        error_code="bad_message")
-    return msg
+    return load_json_object(text, "event", "a Media Streams message")
 
 
 async def _next(ws: WebSocket, guard: MessageGuard) -> dict[str, Any]:
