@@ -18,7 +18,7 @@ dependency raises :class:`rejoinder.errors.MissingExtra` naming the ``pip instal
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterable, AsyncIterator, Literal, Protocol, runtime_checkable
+from typing import Any, AsyncIterable, AsyncIterator, Literal, Protocol, Union, runtime_checkable
 
 import numpy as np
 
@@ -74,17 +74,52 @@ class STTPort(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolSchema:
+    """A tool the LLM may call: ``parameters`` is a JSON Schema object (``{"type": "object",
+    "properties": …, "required": …}``), as in OpenAI's function-calling API."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A complete tool call decided by the LLM: ``arguments`` is the parsed JSON object.
+    ``id`` pairs the call with its result message (``ChatMessage.tool_call_id``)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
+    """One chat message. An assistant message that called tools carries them in ``tool_calls``
+    (its ``content`` is the text said before the calls, often empty); a ``tool`` message carries
+    one result as JSON text in ``content`` and the call's id in ``tool_call_id``."""
+
     role: Literal["system", "user", "assistant", "tool"]
     content: str
     name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+ToolChoice = str  # "auto" | "none" | "required" | the name of one tool
 
 
 @dataclass(frozen=True, slots=True)
 class LLMRequest:
     """A chat completion request. ``json_schema`` constrains the output to JSON matching it
     (grammar-constrained decoding where the backend supports it). ``prefix`` is text the assistant
-    message is forced to start with; the stream yields only what follows it."""
+    message is forced to start with; the stream yields only what follows it.
+
+    ``tools`` are the tools the model may call; ``tool_choice`` is ``"auto"`` (text or a call),
+    ``"none"`` (text only), ``"required"`` (some call) or one tool's name. ``cache_key`` is a
+    hint that requests with the same key share a growing prefix (one call's conversation), so a
+    backend can keep that conversation's KV cache (OpenAI's ``prompt_cache_key``, a llama.cpp
+    slot); it never changes the output."""
 
     messages: tuple[ChatMessage, ...]
     max_tokens: int = 96
@@ -92,15 +127,24 @@ class LLMRequest:
     json_schema: dict[str, Any] | None = None
     prefix: str = ""
     stop: tuple[str, ...] = ()
+    tools: tuple[ToolSchema, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    cache_key: str | None = None
+
+
+LLMDelta = Union[str, ToolCall]
 
 
 @runtime_checkable
 class LLMPort(Protocol):
-    """Streaming chat LLM: yields text deltas (str) as tokens arrive."""
+    """Streaming chat LLM: yields text deltas (``str``) as tokens arrive, and each tool call as one
+    :class:`ToolCall` once its arguments are complete. A backend without tool support ignores
+    ``request.tools`` only when ``tool_choice`` is ``"auto"`` or ``"none"``; it raises
+    :class:`PortError` for ``"required"`` or a named tool."""
 
     model_name: str
 
-    def stream(self, request: LLMRequest) -> AsyncIterator[str]: ...
+    def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]: ...
 
 
 @dataclass(frozen=True, slots=True)
