@@ -29,6 +29,7 @@ BoundaryName = Literal[
     "first_audio_out",
     "playout_start",
     "playback_start",
+    "answer_start",
     "playback_end",
     "interrupted_at",
     "stall",

@@ -92,6 +92,16 @@ class TurnRecord:
             return round(s["playback_start"] - s["user_speech_end"], 3)
         return None
 
+    def time_to_answer_ms(self) -> float | None:
+        """``answer_start − user_speech_end`` (ms): until the first voiced audio that carries the
+        LLM's answer reached the caller. Equals :meth:`v2v_ms` when the first words the caller
+        heard were the LLM's; larger when the runtime spoke first on its own (a filler); None when
+        no LLM-written audio was heard in this turn."""
+        s = self.stamps
+        if "user_speech_end" in s and "answer_start" in s:
+            return round(s["answer_start"] - s["user_speech_end"], 3)
+        return None
+
     def summary(self) -> dict[str, Any]:
         segs = self.segments()
         largest = max(segs, key=segs.__getitem__) if segs else None
@@ -99,6 +109,7 @@ class TurnRecord:
             "turn_id": self.turn_id,
             "status": self.status,
             "v2v_ms": self.v2v_ms(),
+            "time_to_answer_ms": self.time_to_answer_ms(),
             "segments": segs or {},
             "largest_segment": largest,
             "transcript": self.transcript,
