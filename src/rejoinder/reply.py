@@ -34,7 +34,7 @@ from .events import ErrorEvent, LlmToken, Recovery, SpeakableText
 from .line import Playout
 from .ports import LLMPort, LLMRequest, PortError, TTSPort
 from .stages import Stamper, timed_llm, timed_tts
-from .text import SpeakableChunker, normalize_for_speech
+from .text import SpeakableChunker, SpeechNormalizer
 
 RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
 
@@ -236,9 +236,10 @@ class Reply:
 
     # --- audio ------------------------------------------------------------------------------
     async def _synthesize(self, queue: asyncio.Queue[str | None]) -> None:
+        norm = SpeechNormalizer()  # each chunk is read with the reply's earlier text as context
         while (text := await queue.get()) is not None:
             self.full_text += text
-            spoken = normalize_for_speech(text)
+            spoken = norm.feed(text)
             if not spoken.strip():
                 self._first_audio.set()
                 continue
