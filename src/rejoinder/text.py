@@ -86,6 +86,9 @@ _WORD_END = re.compile(r"\S\s")
 _COMPLETE_WORD = re.compile(r"\s+\S+\s")
 _NEXT_WORD = re.compile(r"[ \t]*([\w'’]*)")
 _LOOKAHEAD = 16  # chars kept past max_chars so pending boundaries can resolve
+# A gap's safety depends on at most the first 24 characters of the word after it (a Roman
+# numeral is at most 15 letters), so a longer word need not be complete to decide the first cap.
+_LONG_WORD = 24
 _CONTEXT = 300  # chars of emitted text kept as context (list markers look back for "k - 1.")
 
 _CLAUSE, _SENTENCE = 1, 2
@@ -229,9 +232,13 @@ class SpeakableChunker:
         """The first chunk's cut once the buffer has run past its budget with no boundary."""
         buf = self._buf
         over = _WORD_END.search(buf, limit)
-        if over is None:
+        if over is not None:
+            end = over.start() + 1
+        elif len(buf) > limit and not buf[-1].isspace() and len(buf.split()[-1]) >= _LONG_WORD:
+            end = len(buf)  # a long word (a path, a URL) crosses the budget: its first chars decide
+        else:
             return None  # the word that crosses the budget is not complete yet
-        gaps = _gaps(buf, over.start() + 1)
+        gaps = _gaps(buf, end)
         best = self._best_gap(buf, [g for g in gaps if g[0] <= limit])
         if best is not None:
             return best
