@@ -255,11 +255,12 @@ class SpeakableChunker:
         return _COMPLETE_WORD.match(buf, p) is not None
 
     def _best_gap(self, buf: str, gaps: list[tuple[int, str, str]]) -> int | None:
-        """Latest natural safe gap leaving >= ``min_first_words`` words, else the latest safe gap
-        with that many words, else the latest safe gap at all."""
+        """Latest natural safe gap leaving enough words (``min_first_words`` for the first chunk,
+        ``min_words`` later), else the latest safe gap with that many, else the latest safe gap."""
         ctx, off = self._ctx + buf, len(self._ctx)
+        need = self.min_first_words if self._first else self.min_words
         safe = [(p, prev, nxt) for p, prev, nxt in gaps if safe_gap(ctx, off + p, prev, nxt)]
-        enough = [g for g in safe if _count_words(buf[:g[0]]) >= self.min_first_words]
+        enough = [g for g in safe if _count_words(buf[:g[0]]) >= need]
         natural = [g for g in enough if natural_gap(g[1], g[2])]
         for group in (natural, enough, safe):
             if group:
@@ -376,9 +377,12 @@ class SpeakableChunker:
 
     @staticmethod
     def _next_word(buf: str, j: int) -> str | object | None:
-        """The whole word after ``j`` once it has ended (``_PENDING`` before)."""
+        """The word after ``j`` once it has ended (``_PENDING`` before), or its first 13
+        characters (longer than any sentence-starting word, so the verdict is the same)."""
         m = _NEXT_WORD.match(buf, j)
-        return _PENDING if m.end() == len(buf) else m.group(1)  # type: ignore[union-attr]
+        if m.end() == len(buf) and len(m.group(1)) < 13:  # type: ignore[union-attr]
+            return _PENDING
+        return m.group(1)  # type: ignore[union-attr]
 
     @staticmethod
     def _dash(buf: str, i: int) -> tuple[int, int] | object | None:
