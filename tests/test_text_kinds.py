@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rejoinder.errors import ConfigError
@@ -373,3 +373,22 @@ def test_speech_normalizer_arguments():
     with pytest.raises(TypeError):
         normalize_for_speech("x", context=None)  # type: ignore[arg-type]
     assert SpeechNormalizer(context_chars=0).feed(" 2027.") == "two thousand and twenty-seven."
+
+
+_PIECES = st.sampled_from(
+    ["word", "Dr", "3", "J", " ", " ", "  ", "\n", ".", ",", ":", "!", "...", "—", " - ", '"', "$", "No",
+     "March", " 3,", " 2027", "1.", " 2.", "Friday", "a.m.", " Then", "II", "Elizabeth", "and", "Inc.", "R.",
+     "- ", "1) ", "because", "/home/user/documents/reports/x.pdf", " https://example.com/a/b/c/d/e/f",
+     " MMMDCCCLXXXVIII's", " MMMDCCCLXXXVIII", "jane.doe.smith@example.com"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_PIECES, max_size=100).map("".join), st.lists(st.integers(min_value=0, max_value=600), max_size=50),
+       st.integers(min_value=8, max_value=90), st.integers(min_value=4, max_value=14),
+       st.integers(min_value=8, max_value=80))
+@example("Inc.Dr  MMMDCCCLXXXVIII'swordword", [25, 26, 30], 8, 4, 8)  # the cap and the size cap agree
+def test_budgets_do_not_make_chunks_depend_on_the_split(text, cuts, max_chars, words, chars):
+    kw = {"max_chars": max_chars, "first_max_words": words, "first_max_chars": chars}
+    chunks = run_chunker([text], **kw)
+    assert run_chunker(split_at(text, cuts), **kw) == chunks
+    assert "".join(chunks) == text and all(len(c) <= max_chars for c in chunks)

@@ -229,8 +229,11 @@ class SpeakableChunker:
         return limit
 
     def _first_cap(self, limit: int) -> int | None:
-        """The first chunk's cut once the buffer has run past its budget with no boundary."""
-        buf = self._buf
+        """The first chunk's cut once the buffer has run past its budget with no boundary.
+
+        Judged on the first ``max_chars + 17`` characters only, like :meth:`_forced_cut`, so
+        which of the two decides does not depend on how much text has arrived."""
+        buf = self._buf[:self.max_chars + _LOOKAHEAD + 1]
         over = _WORD_END.search(buf, limit)
         if over is not None:
             end = over.start() + 1
