@@ -114,7 +114,9 @@ class ToolCallEvent:
 
 @dataclass(frozen=True, slots=True)
 class SpeakableText:
-    """A chunk handed to TTS: ``text`` as written, ``spoken`` after normalisation."""
+    """A chunk handed to TTS: ``text`` as written, ``spoken`` after normalisation. ``source`` is
+    who wrote it: ``"llm"``, or words the runtime said on its own (``"greeting"``, ``"filler"``,
+    ``"recovery"``, ``"idle"``) — declared policies, so the timeline can tell them apart."""
 
     text: str
     spoken: str
@@ -122,6 +124,7 @@ class SpeakableText:
     t_ms: float
     call_id: str
     turn_id: int
+    source: str = "llm"
 
 
 @dataclass(frozen=True, slots=True)

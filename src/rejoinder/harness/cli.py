@@ -126,9 +126,11 @@ def register(app: typer.Typer) -> None:
               concurrency: str = typer.Option("1,2,4", help="comma-separated levels: calls at once"),
               repeat: int = typer.Option(1, min=1, help="times each worker plays the suite per level"),
               scenarios: Optional[str] = typer.Option(None, help="only these scenario names (comma-separated)"),
-              config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+              agent: Optional[str] = typer.Option(None, help="the agent: YAML file, module:attribute "
+                                                  "or bundled name (default: support)"),
+              config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
-              llm: Optional[str] = typer.Option(None, help="LLM adapter"),
+              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
               network: Optional[str] = typer.Option(None, help="network-profile label"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
@@ -151,14 +153,10 @@ def register(app: typer.Typer) -> None:
         from .summary import run_summary
         levels = _levels(concurrency)
         try:
-            from ..agent import Agent
             from ..config import load_config
+            from ..runtime import Runtime
             label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
-            cfg = load_config(config)
-            if tts:
-                cfg.stack.tts = tts
-            if llm:
-                cfg.stack.llm = llm
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
             if hosting:
                 cfg.hosting = hosting
             if network:
@@ -167,11 +165,15 @@ def register(app: typer.Typer) -> None:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)
                 cfg.faults, cfg.fault_seed = faults, fault_seed
+            from ..adapters.registry import validate
+            validate(cfg.stack)
+            runtime = Runtime(cfg)
             st = _open(store)
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
-        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label)
+        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
+                                 agent=runtime.agent)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
         if note:
             st.add_note(run_id, note)
@@ -193,7 +195,7 @@ def register(app: typer.Typer) -> None:
                                 artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
                                 call_timeout_s=call_timeout)
             try:
-                status = asyncio.run(run_bench(Agent(cfg), scs, st, run_id, opts))
+                status = asyncio.run(run_bench(runtime, scs, st, run_id, opts))
             except KeyboardInterrupt:
                 err.print(f"[yellow]interrupted[/]: every finished call of run {run_id} is stored")
                 raise typer.Exit(130)
