@@ -266,8 +266,10 @@ def load_agent(spec: str | Path | Agent | None = None) -> Agent:
         return load_agent_file(text)
     if ":" in text and not Path(text).exists():
         obj = resolve(text, "--agent: ")
-        if not isinstance(obj, Agent) and callable(obj):
-            obj = obj()
+        if not isinstance(obj, Agent) and callable(obj) and not any(
+                p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                for p in inspect.signature(obj).parameters.values()):
+            obj = obj()  # a factory taking no arguments
         if not isinstance(obj, Agent):
             raise ConfigError(f"--agent {text!r} is a {type(obj).__name__}, not a rejoinder.Agent")
         obj.source = obj.source or text

@@ -108,9 +108,16 @@ def _pick(ctx: CallContext, service: str) -> dict[str, Any]:
     raise ToolError(f"which appointment? the caller has: {listing}")
 
 
+_PARTS_OF_DAY = {"afternoon": (14, 0), "morning": (10, 0), "noon": (12, 0), "midday": (12, 0)}
+
+
 def parse_time(text: str) -> tuple[int, int]:
     """A time of day as a caller or an LLM writes it: "15:00", "3 pm", "3:30 PM", "3" (an hour
-    without am/pm inside business hours: 1–5 → afternoon). Raises ValueError otherwise."""
+    without am/pm inside business hours: 1–5 → afternoon), or a part of the day ("morning" →
+    10:00, "afternoon" → 14:00). Raises ValueError otherwise."""
+    for word, hm in _PARTS_OF_DAY.items():
+        if word in (text or "").lower():
+            return hm
     m = re.fullmatch(r"\s*(\d{1,2})(?:[:.](\d{2}))?\s*([ap])?\.?\s*m?\.?\s*", (text or "").lower())
     if not m:
         raise ValueError(f"cannot read the time {text!r}")
