@@ -20,7 +20,7 @@ import numpy as np
 
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
-from .events import FALLBACK_ACTIONS, AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
+from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
@@ -62,8 +62,7 @@ class CallResult:
 
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
-        return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries and
-                any(x["action"] not in FALLBACK_ACTIONS for x in r.recoveries)]
+        return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries]
 
 
 def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]]) -> None:
@@ -113,7 +112,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         elif isinstance(ev, AgentSpeech):
             lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
             heard_words.append(len(ev.heard_text.split()))
-        elif isinstance(ev, Recovery) and ev.action not in FALLBACK_ACTIONS:
+        elif isinstance(ev, Recovery):
             recoveries[0] += 1
         elif isinstance(ev, Boundary) and ev.name == "tool_start":
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})

@@ -167,10 +167,6 @@ class Recovery:
     turn_id: int
 
 
-# Recovery actions that are a planned fallback (the application's deterministic tail is spoken
-# instead of an LLM continuation), not a failure: they do not mark a turn "recovered".
-FALLBACK_ACTIONS = frozenset({"ungrounded", "skipped"})
-
 Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
               SpeakableText, AgentSpeech, ErrorEvent, Recovery]
 EVENT_TYPES: tuple[type, ...] = get_args(Event)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import (FALLBACK_ACTIONS, AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
+from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
                      event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
@@ -166,7 +166,7 @@ class Timeline:
             rec = self.turn(event.turn_id)
             rec.recoveries.append({"stage": event.stage, "action": event.action,
                                    "reason": event.reason, "t_ms": event.t_ms})
-            if rec.status == "completed" and event.action not in FALLBACK_ACTIONS:
+            if rec.status == "completed":
                 rec.status = "recovered"
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)

@@ -228,9 +228,10 @@ def read_timeline(folder: Path) -> tuple[list[dict], dict]:
 
 ASTERISK = Path("/usr/share/asterisk/sounds/en")
 # (start ms, prompts) — real speech (Asterisk prompts, voice Allison Smith, CC-BY-SA-3.0)
-CALLER_SCRIPT = [(1500, ["hello"]), (9000, ["digits/4", "digits/2", "digits/1", "digits/7"]),
-                 (19000, ["auth-thankyou"])]
-CALLER_END_MS = 26000
+# the caller speaks after the agent's greeting (≈ 4 s), then leaves room for each answer
+CALLER_SCRIPT = [(6000, ["hello"]), (13000, ["digits/4", "digits/2", "digits/1", "digits/7"]),
+                 (23000, ["auth-thankyou"])]
+CALLER_END_MS = 30000
 
 
 def speech_wav(path: Path, script=CALLER_SCRIPT, end_ms: float = CALLER_END_MS,

@@ -62,9 +62,11 @@ def _levels(text: str) -> list[int]:
 def print_summary(summary: dict[str, Any]) -> None:
     """Two compact tables (latency; resources) per concurrency level, then capacity and failures."""
     from ..timeline import SEGMENTS
-    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency (ms) by N calls at once",
+    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency and time to answer (ms) by N "
+                "calls at once",
                 box=box.SIMPLE_HEAD)
-    for h in ("N", "turns", "p50", "p90", "p95", "p99", "largest seg.", "stalls", "tasks ok"):
+    for h in ("N", "turns", "p50", "p90", "p95", "p99", "answer p50", "p95 ", "largest seg.", "stalls",
+              "tasks ok"):
         lat.add_column(h, justify="left" if h == "largest seg." else "right")
     res = Table(title="resources (CPU% of one core = 100)", box=box.SIMPLE_HEAD)
     for h in ("N", "calls", "wall s", "CPU%", "machine busy%", "RSS peak MB", "callers' CPU", "loop lag p99"):
@@ -73,8 +75,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         v, r = lv["v2v_ms"], lv.get("resources") or {}
         largest = max(SEGMENTS, key=lambda sname: lv["segments"][sname]["p50"] or 0.0)
         ok = lv["task_success_rate"]
+        tta = lv.get("time_to_answer_ms") or {}
         lat.add_row(str(lv["concurrency"]), str(lv["turns"].get("answered", 0)), *(_f(v[q]) for q in
-                    ("p50", "p90", "p95", "p99")), largest,
+                    ("p50", "p90", "p95", "p99")), _f(tta.get("p50")), _f(tta.get("p95")), largest,
                     f"{lv['stalls']['count']}/{lv['stalls']['total_ms']:.0f}ms",
                     "—" if ok is None else f"{100 * ok:.0f}%")
         share = r.get("caller_cpu_share")
@@ -111,8 +114,15 @@ def print_summary(summary: dict[str, Any]) -> None:
             fails[name] = fails.get(name, 0) + ts["n"] - ts["ok"]
     bad = {k: v for k, v in fails.items() if v}
     if bad:
-        out.print("failed tasks: " + ", ".join(f"{k} ×{v}" for k, v in bad.items())
-                  + "  (see `rejoinder runs show` / the report)")
+        causes: dict[str, dict[str, int]] = {}
+        for lv in summary["levels"]:
+            for name, cs in (lv.get("failure_causes") or {}).items():
+                for cause, n in cs.items():
+                    causes.setdefault(name, {})[cause] = causes.get(name, {}).get(cause, 0) + n
+        out.print("failed tasks: " + ", ".join(
+            f"{k} ×{v}" + (" (" + ", ".join(f"{c} ×{n}" for c, n in causes.get(k, {}).items()) + ")"
+                           if causes.get(k) else "") for k, v in bad.items())
+            + "  (see `rejoinder runs show` / the report)", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
