@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import telemetry
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
 from .events import FALLBACK_ACTIONS, AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
@@ -91,6 +92,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     st = Stamper(call_id, clock, bus)
     tl = Timeline(out_dir / "timeline.jsonl" if out_dir else None)
     bus.subscribe(tl)
+    observed = telemetry.observe_call(bus, call_id, clock, transport="harness")  # None when off
     lines: list[tuple[str, str]] = []
     tools: list[dict[str, Any]] = []
 
@@ -139,6 +141,8 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     finally:
         await session.close()
         attach_truth(tl, st, caller.truth)
+        if observed is not None:
+            observed.finish(tl.records(), error=error)
         if rec:
             rec.close()
         for r in tl.records():

@@ -22,7 +22,7 @@ from .events import AgentSpeech, ErrorEvent, Recovery, ToolCallEvent, Transcript
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
 from .reply import RecoveryPolicy, Reply
-from .stages import Stamper
+from .stages import Stamper, timed_stt
 from .turns import (State, CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
                     TurnPolicy, TurnTaker, is_backchannel)
 from .vad import VadTracker
@@ -217,7 +217,7 @@ class Session:
             yield audio
 
         text = ""
-        async for tr in stt.stream(one()):
+        async for tr in timed_stt(self.st, turn_id, stt, one()):
             text = tr.text
             if not tr.final:
                 self._interim[turn_id] = tr.text.strip()

@@ -1,19 +1,22 @@
 """Timing wrappers: the one place where port calls are stamped on the call clock.
 
-Adapters never time themselves; every LLM and TTS request of a reply goes through these wrappers,
-which emit ``llm_request`` / ``llm_first_token`` and ``tts_request`` / ``tts_first_audio``
-boundaries. A fault-injection wrapper (if configured) sits *inside* these, so injected delays are
+Adapters never time themselves; every STT, LLM and TTS request goes through these wrappers, which
+emit ``stt_request`` / ``stt_end``, ``llm_request`` / ``llm_first_token`` / ``llm_end`` and
+``tts_request`` / ``tts_first_audio`` / ``tts_end`` boundaries. An ``*_end`` boundary is stamped
+when the request's stream is closed, however it ended: ``data["outcome"]`` is ``ok``,
+``cancelled`` (barge-in, a newer speculative transcription, a watchdog) or ``error``. A fault-injection wrapper (if configured) sits *inside* these, so injected delays are
 measured like real ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+import asyncio
+from typing import Any, AsyncIterable, AsyncIterator
 
 from .clock import Clock
 from .events import Boundary, Event, EventBus
-from .ports import LLMPort, LLMRequest, TTSAudio, TTSPort
+from .ports import LLMDelta, LLMPort, LLMRequest, STTPort, Transcript, TTSAudio, TTSPort
 
 
 @dataclass
@@ -37,31 +40,79 @@ class Stamper:
         self.bus.emit(event)
 
 
-async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[str]:
-    """Stream ``llm`` for ``request``, stamping request and first token."""
-    st.stamp("llm_request", turn_id, model=llm.model_name)
+def _outcome(exc: BaseException | None) -> str:
+    if exc is None:
+        return "ok"
+    return "cancelled" if isinstance(exc, (asyncio.CancelledError, GeneratorExit)) else "error"
+
+
+async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
+                    audio: AsyncIterable[Any]) -> AsyncIterator[Transcript]:
+    """Stream ``stt`` over one utterance, stamping ``stt_request`` and ``stt_end``
+    (``data``: ``outcome``, ``final`` — whether a final transcript came back)."""
+    st.stamp("stt_request", turn_id)
+    final, exc = False, None
+    stream = stt.stream(audio)
+    try:
+        async for tr in stream:
+            final = final or tr.final
+            yield tr
+    except BaseException as e:
+        exc = e
+        raise
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+        st.stamp("stt_end", turn_id, outcome=_outcome(exc), final=final)
+
+
+async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[LLMDelta]:
+    """Stream ``llm`` for ``request``, stamping ``llm_request`` (``data``: model, provider,
+    max_tokens, temperature, tools), ``llm_first_token`` and ``llm_end`` (``data``: outcome,
+    ``deltas`` — text deltas streamed, one token each for llama.cpp and OpenAI-style streams —
+    and ``tool_calls``)."""
+    st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
+             max_tokens=request.max_tokens, temperature=request.temperature, tools=len(request.tools))
     first = True
+    deltas = calls = 0
+    exc = None
     stream = llm.stream(request)
     try:
         async for delta in stream:
             if first and delta:
                 st.stamp("llm_first_token", turn_id)
                 first = False
+            if isinstance(delta, str):
+                deltas += 1
+            else:
+                calls += 1
             yield delta
+    except BaseException as e:
+        exc = e
+        raise
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
+        st.stamp("llm_end", turn_id, outcome=_outcome(exc), deltas=deltas, tool_calls=calls)
 
 
 async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: str) -> AsyncIterator[TTSAudio]:
-    """Stream ``tts`` for one text chunk, stamping request and first audio."""
+    """Stream ``tts`` for one text chunk, stamping ``tts_request``, ``tts_first_audio`` and
+    ``tts_end`` (``data``: chunk, outcome, ``audio_ms`` synthesized)."""
     st.stamp("tts_request", turn_id, chunk=chunk, voice=tts.voice_name)
     first = True
+    samples = 0
+    exc = None
     stream = tts.stream(text)
     try:
         async for piece in stream:
             if first and len(piece.pcm):
                 st.stamp("tts_first_audio", turn_id, chunk=chunk)
                 first = False
+            samples += len(piece.pcm)
             yield piece
+    except BaseException as e:
+        exc = e
+        raise
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
+        st.stamp("tts_end", turn_id, chunk=chunk, outcome=_outcome(exc),
+                 audio_ms=round(1000.0 * samples / tts.sample_rate, 1))

@@ -182,7 +182,7 @@ class Timeline:
                     if t["name"] == b.data.get("name") and t["end_ms"] is None:
                         t["end_ms"] = b.t_ms
                         break
-        elif b.name in ("tts_request", "tts_first_audio"):
+        elif b.name in ("tts_request", "tts_first_audio", "tts_end"):
             idx = int(b.data.get("chunk", 0))
             while len(rec.tts_chunks) <= idx:
                 rec.tts_chunks.append({})
