@@ -43,28 +43,30 @@ def _endpoint(env: Mapping[str, str], signal: str) -> str:
 
 
 class _LogOnce:
-    """Logs the first export failure of a signal, then stays quiet (the call goes on)."""
+    """Logs the first export failure (traces or metrics), then stays quiet: the calls go on."""
 
-    def __init__(self, signal: str, endpoint: str) -> None:
-        self.signal, self.endpoint = signal, endpoint
+    def __init__(self) -> None:
         self.failures = 0
+        self._lock = threading.Lock()
 
-    def failed(self, why: str) -> None:
-        self.failures += 1
-        if self.failures == 1:
-            log.warning("OpenTelemetry %s export to %s failed (%s); calls go on and their %s are "
-                        "dropped; check OTEL_EXPORTER_OTLP_ENDPOINT and that the collector is up",
-                        self.signal, self.endpoint, why, self.signal)
+    def failed(self, signal: str, endpoint: str, why: str) -> None:
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            log.warning("OpenTelemetry export of %s to %s failed (%s); calls go on and telemetry that "
+                        "cannot be sent is dropped; check OTEL_EXPORTER_OTLP_ENDPOINT and that the "
+                        "collector is up (this is logged once)", signal, endpoint, why)
 
 
-def _span_exporter(env: Mapping[str, str]) -> Any:
+def _span_exporter(env: Mapping[str, str], once: _LogOnce) -> Any:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     if _protocol(env, "TRACES") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     inner = OTLPSpanExporter()
-    once = _LogOnce("trace", _endpoint(env, "TRACES"))
+    where = _endpoint(env, "TRACES")
 
     class QuietSpanExporter(SpanExporter):
         failures = once
@@ -73,10 +75,10 @@ def _span_exporter(env: Mapping[str, str]) -> Any:
             try:
                 result = inner.export(spans)
             except Exception as exc:  # noqa: BLE001 — a broken exporter must not surface
-                once.failed(repr(exc))
+                once.failed("spans", where, repr(exc))
                 return SpanExportResult.FAILURE
             if result is not SpanExportResult.SUCCESS:
-                once.failed("the endpoint did not accept the spans")
+                once.failed("spans", where, "the endpoint did not accept them")
             return result
 
         def shutdown(self) -> None:
@@ -88,14 +90,14 @@ def _span_exporter(env: Mapping[str, str]) -> Any:
     return QuietSpanExporter()
 
 
-def _metric_exporter(env: Mapping[str, str]) -> Any:
+def _metric_exporter(env: Mapping[str, str], once: _LogOnce) -> Any:
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
     if _protocol(env, "METRICS") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     inner = OTLPMetricExporter()
-    once = _LogOnce("metrics", _endpoint(env, "METRICS"))
+    where = _endpoint(env, "METRICS")
 
     class QuietMetricExporter(MetricExporter):
         failures = once
@@ -108,10 +110,10 @@ def _metric_exporter(env: Mapping[str, str]) -> Any:
             try:
                 result = inner.export(metrics_data, timeout_millis=timeout_millis, **kw)
             except Exception as exc:  # noqa: BLE001
-                once.failed(repr(exc))
+                once.failed("metrics", where, repr(exc))
                 return MetricExportResult.FAILURE
             if result is not MetricExportResult.SUCCESS:
-                once.failed("the endpoint did not accept the metrics")
+                once.failed("metrics", where, "the endpoint did not accept them")
             return result
 
         def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -142,7 +144,9 @@ class Telemetry:
     def from_env(cls, *, prometheus: bool = False, environ: Mapping[str, str] | None = None,
                  span_exporter: Any = None, metric_readers: Sequence[Any] = ()) -> "Telemetry":
         """Providers for what the environment switches on (plus Prometheus when asked).
-        ``span_exporter`` / ``metric_readers`` replace the OTLP ones (tests)."""
+        ``environ`` decides what is switched on (default ``os.environ``); the OTLP exporters read
+        endpoint, headers and timeout from ``os.environ`` themselves. ``span_exporter`` /
+        ``metric_readers`` replace the OTLP ones (tests)."""
         env = dict(os.environ if environ is None else environ)
         try:
             from opentelemetry.sdk.metrics import Histogram, MeterProvider
@@ -161,14 +165,15 @@ class Telemetry:
             attrs["service.name"] = "rejoinder"
         resource = Resource.create(attrs)
         otel = otel_requested(env)
+        once = _LogOnce()
         tracer_provider = None
         if span_exporter is not None or (otel and env.get("OTEL_TRACES_EXPORTER", "otlp") != "none"):
             tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-            tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter or _span_exporter(env)))
+            tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter or _span_exporter(env, once)))
         readers = list(metric_readers)
         if otel and env.get("OTEL_METRICS_EXPORTER", "otlp") != "none" and not metric_readers:
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-            readers.append(PeriodicExportingMetricReader(_metric_exporter(env)))
+            readers.append(PeriodicExportingMetricReader(_metric_exporter(env, once)))
         prom = None
         if prometheus:
             try:
@@ -184,8 +189,10 @@ class Telemetry:
                         aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS_MS))
             meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=[view],
                                            shutdown_on_exit=False)
-        return cls(tracer_provider=tracer_provider, meter_provider=meter_provider,
-                   prometheus_reader=prom, content=capture_content(env), span_exporter=span_exporter)
+        tel = cls(tracer_provider=tracer_provider, meter_provider=meter_provider,
+                  prometheus_reader=prom, content=capture_content(env), span_exporter=span_exporter)
+        tel.export_failures = once
+        return tel
 
     def observe(self, call_id: str, clock: Any, *, transport: str):
         from .observer import CallTelemetry
