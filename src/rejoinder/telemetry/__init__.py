@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .hub import Telemetry
     from .observer import CallTelemetry
 
-__all__ = ["otel_requested", "configure", "active", "observe_call", "shutdown"]
+__all__ = ["otel_requested", "configure", "install", "active", "observe_call", "shutdown"]
 
 _UNSET: Any = object()
 _active: Any = _UNSET
@@ -86,6 +86,14 @@ def configure(*, prometheus: bool = False, environ: Mapping[str, str] | None = N
             atexit.register(shutdown)
             _atexit = True
         return _active
+
+
+def install(tel: "Telemetry | None") -> None:
+    """Use ``tel`` for the calls that start from now on (None: telemetry off) — for benchmarks
+    that compare on and off in one process, and for embedding with your own providers."""
+    global _active
+    with _lock:
+        _active = tel
 
 
 def active() -> "Telemetry | None":
