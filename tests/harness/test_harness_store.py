@@ -86,6 +86,8 @@ def test_search_transcripts_failures_notes_and_conditions(store):
     assert store.search("haircut")  # stemming: "haircut" in transcripts
     assert {h["run_id"] for h in store.search("piper OR espeak")} == {a, b}
     assert {h["kind"] for h in store.search("haircut NOT espeak")} == {"transcript"}
+    assert {h["run_id"] for h in store.search("stack.tts espeak")} == {b}  # punctuation splits words
+    assert "conditions" in {h["kind"] for h in store.search("stac* espeak")}
     assert store.search("nothing-like-this-anywhere") == []
     with pytest.raises(StoreError, match="invalid search"):
         store.search('"unbalanced')
@@ -179,6 +181,26 @@ def test_two_bench_processes_writing_at_once_lose_nothing(target, tmp_path):
             assert len(store.turns(run_id)) == 2 * per_run  # two caller turns each
             assert sorted(store.run(run_id)["levels"]) == [1, 2]
             assert store.run(run_id)["status"] == "finished"
+
+
+def test_many_openers_of_a_new_store_migrate_it_once(target):
+    import threading
+    barrier, errors, versions = threading.Barrier(6), [], []
+
+    def opener() -> None:
+        barrier.wait()
+        try:
+            with open_store(target) as s:
+                versions.append(s.version)
+        except Exception as exc:  # noqa: BLE001 — collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and versions == [SCHEMA_VERSION] * 6
 
 
 def test_opens_and_migrates_a_store_written_by_an_older_version(target):

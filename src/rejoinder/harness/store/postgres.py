@@ -3,7 +3,8 @@
 ``postgresql://user:password@host:5432/dbname`` (libpq URL; ``PGPASSWORD`` and ``~/.pgpass`` work
 too). The tables live in their own schema, ``rejoinder``, so the store can share a database with
 other applications. Search uses PostgreSQL full-text search: a generated ``tsvector`` column
-(``english`` configuration: stemming like SQLite's porter tokenizer) with a GIN index, queried
+(``english`` configuration: stemming like SQLite's porter tokenizer; like SQLite's ``unicode61``
+tokenizer, every character that is not a letter or digit separates words) with a GIN index, queried
 with ``to_tsquery`` built from the same query language as the SQLite backend (words, ``"phrases"``,
 ``OR``, ``NOT``, ``prefix*``, parentheses) and ranked by ``ts_rank``.
 
@@ -106,7 +107,8 @@ CREATE TABLE search (
     call_id  TEXT,
     kind     TEXT NOT NULL,
     text     TEXT NOT NULL,
-    tsv      tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+    tsv      tsvector GENERATED ALWAYS AS
+             (to_tsvector('english', regexp_replace(text, '[^[:alnum:]]+', ' ', 'g'))) STORED
 );
 CREATE INDEX search_tsv ON search USING GIN (tsv);
 INSERT INTO search (run_id, call_id, kind, text) SELECT run_id, id, 'transcript', transcript FROM calls
@@ -156,7 +158,7 @@ def to_tsquery(text: str) -> str:
     """Translate the store's query language into ``to_tsquery`` syntax.
 
     Words are ANDed; ``"a b"`` is a phrase (``a <-> b``); ``OR``, ``AND``, ``NOT`` (binary, as in
-    FTS5: ``a NOT b``), parentheses and ``word*`` (prefix) work. Punctuation splits words.
+    FTS5: ``a NOT b``), parentheses and ``word*`` (prefix) work. Punctuation (``_`` too) splits words.
 
     Raises:
         StoreError: unbalanced quotes or parentheses, or an operator without an operand.
@@ -183,7 +185,7 @@ def to_tsquery(text: str) -> str:
             parts.append({"OR": "|", "AND": "&", "NOT": "& !"}[word])
             operand = False
         else:
-            words = re.findall(r"\w+", phrase if phrase is not None else word)
+            words = re.findall(r"[^\W_]+", phrase if phrase is not None else word)
             if not words:
                 continue
             terms = [f"'{w}'" for w in words]
@@ -255,8 +257,11 @@ class PostgresStore(RunStore):
 
     # --- schema -------------------------------------------------------------------------------
     def _version(self) -> int:
-        row = self.conn.execute("SELECT to_regclass(%s) AS t", (f"{SCHEMA}.schema_version",)).fetchone()
-        if row["t"] is None:
+        # a catalog query (statement snapshot), not to_regclass (cached): after waiting for another
+        # process's migration it must see the tables that one committed
+        row = self.conn.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s "
+                                "AND tablename = 'schema_version') AS e", (SCHEMA,)).fetchone()
+        if not row["e"]:
             return 0
         row = self.conn.execute(f"SELECT version FROM {SCHEMA}.schema_version").fetchone()
         return int(row["version"]) if row else 0
