@@ -23,6 +23,7 @@ from rejoinder.clock import VirtualClock
 from rejoinder.timeline import SEGMENTS
 
 from fakes import ScriptedApp, tone
+from spans_check import uncovered_ms
 from test_session import make_stack, turn
 
 SRC = str(Path(rejoinder.__file__).parents[1])
@@ -56,18 +57,6 @@ def metric_points(tel) -> dict[str, list]:
             for m in sm.metrics:
                 out.setdefault(m.name, []).extend(m.data.data_points)
     return out
-
-
-def covered(intervals: list[tuple[float, float]], a: float, b: float) -> float:
-    """ms of [a, b] that no interval covers."""
-    gaps, t = 0.0, a
-    for s, e in sorted(intervals):
-        if s > t:
-            gaps += min(s, b) - t
-        t = max(t, e)
-        if t >= b:
-            break
-    return gaps + max(0.0, b - t)
 
 
 def segment_intervals(rec) -> dict[str, tuple[float, float]]:
@@ -115,7 +104,7 @@ async def test_spans_nest_cover_the_critical_path_and_show_one_barge_in(tel):
         mine = [(int(s.start_time - epoch) / 1e6, int(s.end_time - epoch) / 1e6) for s in stages
                 if s.parent.span_id == t.context.span_id]
         for name, (a, b) in segment_intervals(rec).items():
-            assert covered(mine, a, b) <= 1.0, (t.attributes["rejoinder.turn.id"], name)
+            assert uncovered_ms(mine, a, b) <= 1.0, (t.attributes["rejoinder.turn.id"], name)
         assert t.attributes["rejoinder.v2v_ms"] == rec.v2v_ms()
         for name, ms in rec.segments().items():
             assert t.attributes[f"rejoinder.segment.{name}_ms"] == ms

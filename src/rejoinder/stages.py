@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import asyncio
-from typing import Any, AsyncIterable, AsyncIterator
+from typing import Any, AsyncIterable, AsyncIterator, Callable
 
 from .clock import Clock
 from .events import Boundary, Event, EventBus
@@ -46,23 +46,35 @@ def _outcome(exc: BaseException | None) -> str:
     return "cancelled" if isinstance(exc, (asyncio.CancelledError, GeneratorExit)) else "error"
 
 
-async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
-                    audio: AsyncIterable[Any]) -> AsyncIterator[Transcript]:
-    """Stream ``stt`` over one utterance, stamping ``stt_request`` and ``stt_end``
-    (``data``: ``outcome``, ``final`` — whether a final transcript came back)."""
-    st.stamp("stt_request", turn_id)
-    final, exc = False, None
-    stream = stt.stream(audio)
+async def _until_closed(st: Stamper, turn_id: int, stream: AsyncIterator[Any], end: str,
+                        each: Callable[[Any], None], data: dict[str, Any]) -> AsyncIterator[Any]:
+    """Re-yield ``stream`` (``each`` sees every item); when it closes, however it ended, close the
+    port's stream and stamp ``end`` with its outcome and ``data`` (read at that moment)."""
+    exc = None
     try:
-        async for tr in stream:
-            final = final or tr.final
-            yield tr
+        async for item in stream:
+            each(item)
+            yield item
     except BaseException as e:
         exc = e
         raise
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
-        st.stamp("stt_end", turn_id, outcome=_outcome(exc), final=final)
+        st.stamp(end, turn_id, outcome=_outcome(exc), **data)
+
+
+async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
+                    audio: AsyncIterable[Any]) -> AsyncIterator[Transcript]:
+    """Stream ``stt`` over one utterance, stamping ``stt_request`` and ``stt_end``
+    (``data``: ``outcome``, ``final`` — whether a final transcript came back)."""
+    st.stamp("stt_request", turn_id)
+    data = {"final": False}
+
+    def each(tr: Transcript) -> None:
+        data["final"] = data["final"] or tr.final
+
+    async for tr in _until_closed(st, turn_id, stt.stream(audio), "stt_end", each, data):
+        yield tr
 
 
 async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[LLMDelta]:
@@ -72,47 +84,32 @@ async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest
     and ``tool_calls``)."""
     st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
              max_tokens=request.max_tokens, temperature=request.temperature, tools=len(request.tools))
-    first = True
-    deltas = calls = 0
-    exc = None
-    stream = llm.stream(request)
-    try:
-        async for delta in stream:
-            if first and delta:
-                st.stamp("llm_first_token", turn_id)
-                first = False
-            if isinstance(delta, str):
-                deltas += 1
-            else:
-                calls += 1
-            yield delta
-    except BaseException as e:
-        exc = e
-        raise
-    finally:
-        await stream.aclose()  # type: ignore[attr-defined]
-        st.stamp("llm_end", turn_id, outcome=_outcome(exc), deltas=deltas, tool_calls=calls)
+    data = {"deltas": 0, "tool_calls": 0}
+
+    def each(delta: LLMDelta) -> None:
+        if delta and not (data["deltas"] or data["tool_calls"]):
+            st.stamp("llm_first_token", turn_id)
+        if isinstance(delta, str):
+            data["deltas"] += 1 if delta else 0
+        else:
+            data["tool_calls"] += 1
+
+    async for delta in _until_closed(st, turn_id, llm.stream(request), "llm_end", each, data):
+        yield delta
 
 
 async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: str) -> AsyncIterator[TTSAudio]:
     """Stream ``tts`` for one text chunk, stamping ``tts_request``, ``tts_first_audio`` and
     ``tts_end`` (``data``: chunk, outcome, ``audio_ms`` synthesized)."""
     st.stamp("tts_request", turn_id, chunk=chunk, voice=tts.voice_name)
-    first = True
-    samples = 0
-    exc = None
-    stream = tts.stream(text)
-    try:
-        async for piece in stream:
-            if first and len(piece.pcm):
-                st.stamp("tts_first_audio", turn_id, chunk=chunk)
-                first = False
-            samples += len(piece.pcm)
-            yield piece
-    except BaseException as e:
-        exc = e
-        raise
-    finally:
-        await stream.aclose()  # type: ignore[attr-defined]
-        st.stamp("tts_end", turn_id, chunk=chunk, outcome=_outcome(exc),
-                 audio_ms=round(1000.0 * samples / tts.sample_rate, 1))
+    data: dict[str, Any] = {"chunk": chunk, "audio_ms": 0.0}
+    samples = [0]
+
+    def each(piece: TTSAudio) -> None:
+        if len(piece.pcm) and not samples[0]:
+            st.stamp("tts_first_audio", turn_id, chunk=chunk)
+        samples[0] += len(piece.pcm)
+        data["audio_ms"] = round(1000.0 * samples[0] / tts.sample_rate, 1)
+
+    async for piece in _until_closed(st, turn_id, tts.stream(text), "tts_end", each, data):
+        yield piece

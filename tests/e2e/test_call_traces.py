@@ -14,20 +14,10 @@ import pytest
 
 import rejoinder
 from rejoinder.telemetry.receiver import OtlpReceiver
+from spans_check import uncovered_ms
 
 SRC = str(Path(rejoinder.__file__).parents[1])
 SCENARIO = Path(rejoinder.__file__).parent / "harness" / "suites" / "reference" / "interruption_mid_answer.yaml"
-
-
-def uncovered_ms(intervals: list[tuple[float, float]], a: float, b: float) -> float:
-    gaps, t = 0.0, a
-    for s, e in sorted(intervals):
-        if s > t:
-            gaps += min(s, b) - t
-        t = max(t, e)
-        if t >= b:
-            break
-    return gaps + max(0.0, b - t)
 
 
 @pytest.fixture(scope="module")

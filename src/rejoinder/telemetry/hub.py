@@ -59,6 +59,19 @@ class _LogOnce:
                         "collector is up (this is logged once)", signal, endpoint, why)
 
 
+def _guarded(export: Any, ok: Any, failure: Any, once: _LogOnce, signal: str, where: str) -> Any:
+    """Run one export; any failure (raised or returned) is logged once and reported as
+    ``failure`` — a broken exporter must never surface in a call."""
+    try:
+        result = export()
+    except Exception as exc:  # noqa: BLE001
+        once.failed(signal, where, repr(exc))
+        return failure
+    if result is not ok:
+        once.failed(signal, where, "the endpoint did not accept them")
+    return result
+
+
 def _span_exporter(env: Mapping[str, str], once: _LogOnce) -> Any:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     if _protocol(env, "TRACES") == "grpc":
@@ -72,14 +85,8 @@ def _span_exporter(env: Mapping[str, str], once: _LogOnce) -> Any:
         failures = once
 
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
-            try:
-                result = inner.export(spans)
-            except Exception as exc:  # noqa: BLE001 — a broken exporter must not surface
-                once.failed("spans", where, repr(exc))
-                return SpanExportResult.FAILURE
-            if result is not SpanExportResult.SUCCESS:
-                once.failed("spans", where, "the endpoint did not accept them")
-            return result
+            return _guarded(lambda: inner.export(spans), SpanExportResult.SUCCESS,
+                            SpanExportResult.FAILURE, once, "spans", where)
 
         def shutdown(self) -> None:
             inner.shutdown()
@@ -107,14 +114,8 @@ def _metric_exporter(env: Mapping[str, str], once: _LogOnce) -> Any:
                              preferred_aggregation=inner._preferred_aggregation)
 
         def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kw: Any) -> MetricExportResult:
-            try:
-                result = inner.export(metrics_data, timeout_millis=timeout_millis, **kw)
-            except Exception as exc:  # noqa: BLE001
-                once.failed("metrics", where, repr(exc))
-                return MetricExportResult.FAILURE
-            if result is not MetricExportResult.SUCCESS:
-                once.failed("metrics", where, "the endpoint did not accept them")
-            return result
+            return _guarded(lambda: inner.export(metrics_data, timeout_millis=timeout_millis, **kw),
+                            MetricExportResult.SUCCESS, MetricExportResult.FAILURE, once, "metrics", where)
 
         def force_flush(self, timeout_millis: float = 10_000) -> bool:
             return inner.force_flush(timeout_millis)

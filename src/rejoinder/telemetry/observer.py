@@ -8,6 +8,7 @@ SDK's batch thread.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .hub import Telemetry
 
 _KEPT = (Boundary, AgentSpeech, ErrorEvent, Recovery)
+log = logging.getLogger("rejoinder.telemetry")
 
 
 class CallTelemetry:
@@ -53,11 +55,17 @@ class CallTelemetry:
                              "recovered": str(ev.recovered).lower()})
 
     def finish(self, records: Iterable[TurnRecord], *, error: str | None = None) -> None:
-        """The call ended: record its turns and emit its spans. Idempotent."""
+        """The call ended: record its turns and emit its spans. Idempotent; never raises (a
+        telemetry failure is logged and the call's own records are untouched)."""
         if self.finished:
             return
         self.finished = True
-        records = list(records)
+        try:
+            self._finish(list(records), error)
+        except Exception:  # noqa: BLE001 — telemetry must never break a call's teardown
+            log.exception("telemetry of call %s could not be recorded", self.call_id)
+
+    def _finish(self, records: list[TurnRecord], error: str | None) -> None:
         end_ms = self.clock.now_ms()
         m = self._m
         if m is not None:

@@ -15,7 +15,9 @@ Shape of a call's trace (times on the call clock, ms)::
 Stage spans are siblings under their turn (they overlap: speculative STT runs while the end of
 turn is decided; the LLM streams while TTS speaks). ``reply`` is the agent's reply task, which
 owns the waits between the model stages; so the stage spans of a turn together cover its whole
-critical path (``rejoinder.timeline``), and each segment lies in the stage span it is named after.
+critical path (``rejoinder.timeline``): ``end_of_turn`` is exactly the endpointing segment,
+``playout`` holds the playout and leading-silence segments, and the model stages in between show
+which of them the reply was waiting on.
 
 Every :class:`~rejoinder.events.Boundary` is an event on its turn's span (turn 0: the call's),
 at its own moment; a cut reply adds one ``barge_in`` event. Turn spans carry V2V, time to answer
