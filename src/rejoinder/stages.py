@@ -4,19 +4,24 @@ Adapters never time themselves; every STT, LLM and TTS request goes through thes
 emit ``stt_request`` / ``stt_end``, ``llm_request`` / ``llm_first_token`` / ``llm_end`` and
 ``tts_request`` / ``tts_first_audio`` / ``tts_end`` boundaries. An ``*_end`` boundary is stamped
 when the request's stream is closed, however it ended: ``data["outcome"]`` is ``ok``,
-``cancelled`` (barge-in, a newer speculative transcription, a watchdog) or ``error``. A fault-injection wrapper (if configured) sits *inside* these, so injected delays are
-measured like real ones.
+``cancelled`` (barge-in, a newer speculative transcription, a watchdog) or ``error``. A
+fault-injection wrapper (if configured) sits *inside* these, so injected delays are measured like
+real ones; :func:`watch` puts watchdogs on any stream.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import asyncio
+from dataclasses import dataclass
 from typing import Any, AsyncIterable, AsyncIterator, Callable
 
-from .clock import Clock
+from .clock import Clock, wait_within
 from .events import Boundary, Event, EventBus
-from .ports import LLMDelta, LLMPort, LLMRequest, STTPort, Transcript, TTSAudio, TTSPort
+from .ports import LLMDelta, LLMPort, LLMRequest, PortError, STTPort, Transcript, TTSAudio, TTSPort
+
+
+class WatchdogTimeout(PortError):
+    """A stage produced nothing within its watchdog limit."""
 
 
 @dataclass
@@ -78,12 +83,14 @@ async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
 
 
 async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[LLMDelta]:
-    """Stream ``llm`` for ``request``, stamping ``llm_request`` (``data``: model, provider,
-    max_tokens, temperature, tools), ``llm_first_token`` and ``llm_end`` (``data``: outcome,
+    """Stream ``llm`` for ``request``, stamping ``llm_request`` (``data``: model, provider, the
+    number of messages, max_tokens, temperature, the number of tools offered), ``llm_first_token``
+    (the first text or tool call) and ``llm_end`` (``data``: outcome,
     ``deltas`` — text deltas streamed, one token each for llama.cpp and OpenAI-style streams —
     and ``tool_calls``)."""
     st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
-             max_tokens=request.max_tokens, temperature=request.temperature, tools=len(request.tools))
+             messages=len(request.messages), max_tokens=request.max_tokens,
+             temperature=request.temperature, tools=len(request.tools))
     data = {"deltas": 0, "tool_calls": 0}
 
     def each(delta: LLMDelta) -> None:
@@ -113,3 +120,29 @@ async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: s
 
     async for piece in _until_closed(st, turn_id, tts.stream(text), "tts_end", each, data):
         yield piece
+
+
+async def watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: float, what: str):
+    """Re-yield ``stream``; raise :class:`WatchdogTimeout` when its first item takes longer than
+    ``first_ms`` or a later one longer than ``gap_ms`` (ms on the call clock, so scripted
+    timelines with a virtual clock exercise the watchdogs too)."""
+    first = True
+    nxt: asyncio.Future | None = None
+    try:
+        while True:
+            limit = first_ms if first else gap_ms
+            nxt = asyncio.ensure_future(anext(stream))
+            try:
+                item = await wait_within(clock, nxt, limit)
+            except TimeoutError:
+                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms") from None
+            except StopAsyncIteration:
+                return
+            nxt = None
+            first = False
+            yield item
+    finally:
+        if nxt is not None and not nxt.done():  # never close a generator another task is running
+            nxt.cancel()
+            await asyncio.gather(nxt, return_exceptions=True)
+        await stream.aclose()  # type: ignore[attr-defined]
