@@ -22,7 +22,7 @@ from rejoinder.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.timeline import SEGMENTS
 
-from fakes import ScriptedApp, tone
+from fakes import lookup, scripted_agent, tone
 from spans_check import uncovered_ms
 from test_session import make_stack, turn
 
@@ -71,9 +71,9 @@ def segment_intervals(rec) -> dict[str, tuple[float, float]]:
 
 async def barge_in_call():
     clock = VirtualClock()
-    many = [f" word{i}" for i in range(30)] + ["."]
-    stack = make_stack(clock, ["Check order 4217.", "Stop."], tokens=many)
-    res = await run_call([turn(tone(600)), turn(tone(700), barge_in_ms=1000)], stack, ScriptedApp(),
+    many = ["Order 4217 has shipped,"] + [f" word{i}" for i in range(30)] + ["."]
+    stack = make_stack(clock, ["Check order 4217.", "Stop."], tokens=many, calls=lookup())
+    res = await run_call([turn(tone(600)), turn(tone(700), barge_in_ms=1000)], stack, scripted_agent(),
                          clock=clock, tail_ms=1500)
     assert res.error is None
     return res
@@ -172,11 +172,11 @@ def test_nothing_is_imported_or_subscribed_without_otel_variables():
         from rejoinder.events import EventBus
         from rejoinder.callrun import run_call
         from rejoinder.clock import VirtualClock
-        from fakes import ScriptedApp, tone
+        from fakes import scripted_agent, tone
         from test_session import make_stack, turn
         clock, bus = VirtualClock(), EventBus()
         res = asyncio.run(run_call([turn(tone(600))], make_stack(clock, ["Check order 4217."]),
-                                   ScriptedApp(), clock=clock, tail_ms=1500, bus=bus))
+                                   scripted_agent(), clock=clock, tail_ms=1500, bus=bus))
         assert res.turns[0].v2v_ms() is not None
         print(len(bus._observers), any(m.startswith("opentelemetry") for m in sys.modules))
     """)
