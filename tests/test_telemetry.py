@@ -235,3 +235,12 @@ async def test_an_unreachable_endpoint_never_breaks_a_call(kind, monkeypatch, ca
     warnings = [r for r in caplog.records if r.name == "rejoinder.telemetry" and str(port) in r.getMessage()]
     assert len(warnings) == 1 and "calls go on" in warnings[0].getMessage()
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in warnings[0].getMessage()
+
+
+async def test_a_failed_tool_is_an_error_span_without_its_message(tel):
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Check order 4217."], calls=lookup("no_such_tool"))
+    await run_call([turn(tone(600))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+    [tool] = [s for s in finished_spans(tel) if s.name.startswith("execute_tool ")]
+    assert tool.name == "execute_tool no_such_tool"
+    assert tool.status.status_code.name == "ERROR" and tool.status.description == "the tool failed"

@@ -171,7 +171,10 @@ def _plan_turn(plan: list[SpanPlan], rec: TurnRecord, events: list[Event], call_
                  "rejoinder.tool.tentative": bool(req.data.get("tentative"))}
         if content:
             attrs["gen_ai.tool.call.arguments"] = str(req.data.get("args"))
-        stages.append(_stage(f"execute_tool {name}", req, end, call_end, index, attrs))
+        span = _stage(f"execute_tool {name}", req, end, call_end, index, attrs)
+        if end is not None and end.data.get("error"):
+            span.error = str(end.data["error"]) if content else "the tool failed"
+        stages.append(span)
     for req, end in llm.all():
         stages.append(_llm_span(req, end, first_tokens, call_end, index))
     for req, end in tts.all():
