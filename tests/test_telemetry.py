@@ -198,8 +198,9 @@ def test_switched_on_by_the_standard_variables():
         Telemetry.from_env(environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
 
 
-@pytest.mark.parametrize("kind", ["refused", "silent"])
-async def test_an_unreachable_endpoint_never_breaks_a_call(kind, monkeypatch, caplog):
+@pytest.mark.parametrize("kind,protocol", [("refused", "http/protobuf"), ("silent", "http/protobuf"),
+                                           ("refused", "grpc")])
+async def test_an_unreachable_endpoint_never_breaks_a_call(kind, protocol, monkeypatch, caplog):
     """Connection refused, or a collector that accepts and never answers: calls measure the same,
     one warning is logged, and shutting down waits a bounded time."""
     from rejoinder.telemetry.hub import Telemetry
@@ -211,7 +212,7 @@ async def test_an_unreachable_endpoint_never_breaks_a_call(kind, monkeypatch, ca
     else:
         sink.close()
     for k, v in {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
-                 "OTEL_BSP_SCHEDULE_DELAY": "100"}.items():
+                 "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}.items():
         monkeypatch.setenv(k, v)  # the official exporters read the standard variables themselves
     t = Telemetry.from_env()
     monkeypatch.setattr(telemetry, "_active", t)
