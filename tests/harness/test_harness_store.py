@@ -270,6 +270,8 @@ def test_not_a_store(tmp_path):
 def test_wrong_store_urls(tmp_path, pg):
     with pytest.raises(StoreError, match=r"unknown run store URL 'mysql://u:\*\*\*@h/db'.*postgresql://"):
         open_store("mysql://u:secret@h/db")
+    with pytest.raises(StoreError, match="malformed PostgreSQL URL 'postgresql:/db'; write it as postgresql://"):
+        open_store("postgresql:/db")
     with pytest.raises(StoreError, match="holds no rejoinder run store yet; run `rejoinder bench"):
         open_store(pg.new_database(), create=False)
     with pytest.raises(StoreError, match="no run store at .*; run `rejoinder bench` first"):
@@ -286,7 +288,7 @@ def test_a_postgresql_server_that_is_down():
     from pgserver import free_port
     url = f"postgresql://rejoinder:pw@127.0.0.1:{free_port()}/runs"
     with pytest.raises(StoreError, match=r"cannot open the PostgreSQL run store postgresql://rejoinder:\*\*\*@"
-                       r".*is the PostgreSQL server running.*--store runs.sqlite") as err:
+                       r".*Connection refused; is the PostgreSQL server running.*--store runs.sqlite") as err:
         open_store(url)
     assert "pw@" not in str(err.value)
 

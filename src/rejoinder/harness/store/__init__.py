@@ -65,6 +65,9 @@ def open_store(target: str | Path | None = None, *, create: bool = True) -> RunS
         text = text[len("sqlite:///"):] if text.startswith("sqlite:///") else text[len("sqlite:"):]
     elif m and len(m.group(1)) > 1:  # a URL, not a Windows drive letter
         from .postgres import redact
+        if m.group(1).lower().startswith("postgres"):
+            raise StoreError(f"malformed PostgreSQL URL {redact(text)!r}; write it as "
+                             "postgresql://user:password@host:5432/dbname")
         raise StoreError(f"unknown run store URL {redact(text)!r} (scheme {m.group(1)!r}); use a file path "
                          "(SQLite) or postgresql://user:password@host:5432/dbname")
     path = Path(text).expanduser()

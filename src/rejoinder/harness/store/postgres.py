@@ -138,7 +138,7 @@ def redact(url: str) -> str:
 
 def _explain(exc: Exception, where: str) -> StoreError:
     """A connection failure as an error that names the fix."""
-    first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    first = str(exc).strip().splitlines()[0].strip() if str(exc).strip() else type(exc).__name__
     text = str(exc).lower()
     if "password authentication failed" in text or "no password supplied" in text:
         fix = "check the user and password in the URL (or PGPASSWORD / ~/.pgpass)"
