@@ -245,3 +245,21 @@ async def test_a_failed_tool_is_an_error_span_without_its_message(tel):
     [tool] = [s for s in finished_spans(tel) if s.name.startswith("execute_tool ")]
     assert tool.name == "execute_tool no_such_tool"
     assert tool.status.status_code.name == "ERROR" and tool.status.description == "the tool failed"
+
+
+async def test_bench_emits_one_trace_per_call(tel, tmp_path):
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent / "harness"))
+    from harness_fakes import FakeAgent, tone_suite
+    from rejoinder.harness.bench import BenchOptions, run_bench
+    from rejoinder.harness.store import open_store
+    from rejoinder.harness.suite import load_suite
+    _, scenarios = load_suite(str(tone_suite(tmp_path / "suite")))
+    with open_store(tmp_path / "runs.sqlite") as store:
+        run_id = store.begin_run({}, suite="t")
+        await run_bench(FakeAgent(), scenarios, store, run_id, BenchOptions(levels=[1, 2]))
+        n_calls = len(store.calls(run_id))
+    calls = [s for s in finished_spans(tel) if s.name == "call"]
+    assert len(calls) == n_calls == 6
+    assert len({s.context.trace_id for s in calls}) == n_calls
+    assert sum(p.value for p in metric_points(tel)["rejoinder.calls"]) == n_calls

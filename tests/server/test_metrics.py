@@ -109,3 +109,29 @@ def test_metrics_needs_no_token_and_has_no_call_data(tmp_path, path):
     with ServerThread(create_app(ServerConfig(token=TOKEN), FakeProvider())) as srv:
         r = httpx.get(f"http://{srv.base}{path}", timeout=10)
     assert r.status_code == 200 and "rejoinder_calls_active" in r.text
+
+
+async def test_serve_emits_traces_of_its_calls(tmp_path):
+    """With telemetry on, each socket's call is a trace (transport ``browser``), like `call`."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from rejoinder import telemetry
+    from rejoinder.server.app import ServerConfig, create_app
+    from rejoinder.telemetry.hub import Telemetry
+    telemetry.shutdown()
+    spans = InMemorySpanExporter()
+    tel = Telemetry.from_env(environ={}, prometheus=True, span_exporter=spans)
+    telemetry.install(tel)
+    try:
+        app = create_app(ServerConfig(token=TOKEN, store_dir=tmp_path), FakeProvider())
+        with ServerThread(app) as srv:
+            client = BrowserLikeClient(f"ws://{srv.base}/ws")
+            await client.call(np.concatenate([silence(300), tone(800)]), tail_ms=3500)
+        tel.force_flush()
+        got = spans.get_finished_spans()
+    finally:
+        telemetry.shutdown()
+    [call] = [s for s in got if s.name == "call"]
+    assert call.attributes["rejoinder.transport"] == "browser"
+    turns = [s for s in got if s.name == "turn"]
+    assert turns and all(s.parent.span_id == call.context.span_id for s in turns)
+    assert any(s.attributes.get("rejoinder.v2v_ms") for s in turns)
