@@ -59,10 +59,11 @@ async def test_metrics_after_two_browser_calls_real_stack(tmp_path):
     from helpers import speech_wav
     import soundfile as sf
     from rejoinder.server.app import ServerConfig, create_app
-    script = [(800, ["digits/4", "digits/2", "digits/1", "digits/7"])]
-    speech_wav(tmp_path / "caller.wav", script=script, end_ms=6000)
+    # after the agent's greeting (≈ 4 s), the caller reads an order number
+    script = [(6000, ["digits/4", "digits/2", "digits/1", "digits/7"])]
+    speech_wav(tmp_path / "caller.wav", script=script, end_ms=11000)
     audio, _ = sf.read(str(tmp_path / "caller.wav"), dtype="int16")
-    app = create_app(ServerConfig(token=TOKEN, store_dir=tmp_path / "calls"), _real_provider())
+    app = create_app(ServerConfig(token=TOKEN, store_dir=tmp_path / "calls", max_calls=1), _real_provider())
     with ServerThread(app) as srv:
         for _ in range(600):
             if health(srv)["models"] != "loading":
@@ -70,7 +71,10 @@ async def test_metrics_after_two_browser_calls_real_stack(tmp_path):
             import asyncio
             await asyncio.sleep(0.2)
         assert health(srv)["models"] == "ready"
-        before, after, _ = await two_calls_then_scrape(srv, audio, tail_ms=4000)
+        before, after, _ = await two_calls_then_scrape(srv, audio, tail_ms=8000)
+    import json
+    turns = [t for p in (tmp_path / "calls").iterdir() for t in json.loads((p / "call.json").read_text())["turns"]]
+    assert len([t for t in turns if t["v2v_ms"] is not None]) >= 2, turns
     name = "rejoinder_turn_v2v_milliseconds_count"
     assert total(after, name, transport="browser") - total(before, name, transport="browser") >= 2
     assert total(after, "rejoinder_calls_active", transport="browser") == 0
