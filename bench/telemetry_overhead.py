@@ -35,9 +35,9 @@ from pathlib import Path
 import psutil
 
 from rejoinder import telemetry
-from rejoinder.agent import Agent, load_caller
 from rejoinder.cli import BUNDLED_CALL
-from rejoinder.config import AgentConfig
+from rejoinder.config import load_config
+from rejoinder.runtime import Runtime, load_caller
 from rejoinder.harness.stats import bootstrap_median_diff
 
 
@@ -91,10 +91,7 @@ async def main(runs: int, tts: str | None) -> dict:
         tel = Telemetry.from_env()
         meter = Meter()
         meter.wrap(tel)
-        cfg = AgentConfig()
-        if tts:
-            cfg.stack.tts = tts
-        agent = Agent(cfg)
+        agent = Runtime(load_config(None, tts=tts))
         await agent.warmup()
         turns, phone, sc = await load_caller(BUNDLED_CALL)
         telemetry.install(None)
