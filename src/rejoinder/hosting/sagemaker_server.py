@@ -82,6 +82,7 @@ def create_app(tts: TTSPort, *, endpoint_name: str = "rejoinder-tts", access_key
     app = FastAPI(title="rejoinder managed-endpoint TTS (SageMaker response stream)")
     faults = faults or ServerFaults()
     app.state.requests = 0
+    app.state.active = 0  # generations under way (a closed client stream ends its generation)
 
     def aws_error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
         return JSONResponse({"message": message, "Message": message, **extra}, status_code=status,
@@ -139,6 +140,7 @@ def create_app(tts: TTSPort, *, endpoint_name: str = "rejoinder-tts", access_key
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         stream = tts.stream(req.transcript)
+        app.state.active += 1
         try:
             async for piece in stream:
                 if req.add_timestamps and piece.words:
@@ -181,6 +183,7 @@ def create_app(tts: TTSPort, *, endpoint_name: str = "rejoinder-tts", access_key
         except Exception as exc:  # noqa: BLE001 — the engine failed after the headers went out
             yield eventstream.model_stream_error(f"model failed: {exc}"[:500], "StreamBroken")
         finally:
+            app.state.active -= 1
             await stream.aclose()  # type: ignore[attr-defined]
 
     return app
