@@ -98,9 +98,10 @@ def decode_chunk(msg: dict[str, Any], where: str) -> "np.ndarray":
 
 class WordTimeline:
     """Attaches Sonic's ``timestamps`` (seconds from the context's start) to the audio pieces
-    yielded: each word goes with the piece in which it ends, its times relative to that piece's
-    first sample (a word begun in an earlier piece has a negative start); timings that arrive
-    after their audio go with the next piece, or an empty piece at the end."""
+    yielded: timings go with the first piece yielded after they arrive, in ms from that piece's
+    first sample (so a word may start before it or end after it). Sonic sends a sentence's
+    timings no later than its audio, so a stream cut mid-sentence still knows where each of the
+    sentence's words ends — the reply trims to the last whole word heard without estimating."""
 
     def __init__(self, sample_rate: int) -> None:
         self.rate = sample_rate
@@ -120,14 +121,12 @@ class WordTimeline:
         from ..ports import TTSAudio
 
         base = 1000.0 * self.emitted / self.rate
-        end = base + 1000.0 * len(pcm) / self.rate + 1e-6
-        mine = [w for w in self.pending if w[2] <= end]
-        self.pending = [w for w in self.pending if w[2] > end]
+        words, self.pending = self.pending, []
         self.emitted += len(pcm)
-        return TTSAudio(pcm, tuple((w, a - base, b - base) for w, a, b in mine))
+        return TTSAudio(pcm, tuple((w, a - base, b - base) for w, a, b in words))
 
     def rest(self) -> "TTSAudio | None":
-        """An empty piece carrying timings still pending at ``done`` (None when there are none)."""
+        """An empty piece carrying timings that arrived after the last audio (None if none)."""
         import numpy as np
 
         return self.piece(np.zeros(0, np.int16)) if self.pending else None

@@ -68,8 +68,13 @@ class _Socket:
             q.put_nowait(_CLOSED)
 
     async def close(self) -> None:
+        """Close a healthy socket with the closing handshake; abort a failed one at once (its
+        peer is gone, and a handshake would wait for the close timeout)."""
         self.reader.cancel()
         await asyncio.gather(self.reader, return_exceptions=True)
+        if self.failure is not None:
+            self.ws.transport.abort()
+            return
         try:
             await self.ws.close()
         except Exception:  # noqa: BLE001
@@ -115,8 +120,9 @@ class CartesiaTTS:
             self._lock, self._sock = asyncio.Lock(), None  # a new event loop: start afresh
         async with self._lock:
             if self._sock is None or not self._sock.alive:
-                if self._sock is not None:
-                    await self._sock.close()
+                old, self._sock = self._sock, None
+                if old is not None:
+                    await old.close()
                 self._sock = _Socket(await _cartesia.connect(self.url, self._key,
                                                              timeout_s=self.connect_timeout_s))
             return self._sock
@@ -148,7 +154,7 @@ class CartesiaTTS:
         """Synthesize several text chunks on ONE context (Cartesia's continuation: ``continue:
         true`` on all but the last), sending each as soon as ``texts`` yields it, so the server
         can start the next while the previous still streams. Word times are relative to each
-        piece's first sample (a word begun in an earlier piece has a negative start).
+        piece's first sample (see :class:`~rejoinder.adapters._cartesia.WordTimeline`).
 
         Raises:
             PortError: see the module docstring.
