@@ -152,6 +152,7 @@ class Link:
     def describe(self) -> dict[str, Any]:
         """The profile's parameters and how they were applied (recorded with the run)."""
         return {**self.profile.model_dump(), "emulator": self.emulator, "one_way_delay_ms": self.profile.rtt_ms / 2,
+                "emulator_priority": getattr(self, "priority", None),
                 "agent_ip": self.agent_ip, "server_ip": self.server_ip, "namespace": self.ns}
 
     # -- set up / tear down ------------------------------------------------------------------
@@ -213,7 +214,8 @@ class Link:
              "--delay-ms", f"{p.rtt_ms / 2:g}", "--jitter-ms", f"{p.jitter_ms:g}", "--loss-pct", f"{p.loss_pct:g}",
              "--seed", str(self.seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._relay.stdout.readline().strip() if self._relay.stdout else ""
-        if line != "ready":
+        self.priority = line.removeprefix("ready").strip()
+        if not line.startswith("ready"):
             err = self._relay.stderr.read() if self._relay.stderr else ""
             self._relay.kill()
             self._relay = None
