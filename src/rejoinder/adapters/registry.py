@@ -94,13 +94,15 @@ class CartesiaSTTOptions(BaseModel):
 class SageMakerOptions(BaseModel):
     """Options of the ``sagemaker`` TTS (Sonic on a SageMaker endpoint, response streaming; see
     :class:`~rejoinder.adapters.sagemaker_tts.SageMakerTTS`). AWS credentials come from botocore's
-    chain (``AWS_ACCESS_KEY_ID`` …); empty fields fall back to ``REJOINDER_SAGEMAKER_ENDPOINT``,
-    ``AWS_REGION``, ``REJOINDER_SAGEMAKER_URL``."""
+    chain (``AWS_ACCESS_KEY_ID`` …) unless given here; empty fields fall back to
+    ``REJOINDER_SAGEMAKER_ENDPOINT``, ``AWS_REGION``, ``REJOINDER_SAGEMAKER_URL``."""
 
     model_config = ConfigDict(extra="forbid")
     endpoint_name: str | None = None
     region: str | None = None
     base_url: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
     voice_id: str = "a0e99841-438c-4a64-b679-ae501e7d6091"
     sample_rate: int = 16000
     language: str = "en"

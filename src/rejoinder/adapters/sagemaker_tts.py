@@ -38,6 +38,7 @@ class SageMakerTTS:
         region: default ``$AWS_REGION`` / ``$AWS_DEFAULT_REGION``, else ``us-east-1``.
         base_url: default ``https://runtime.sagemaker.{region}.amazonaws.com``
             (``$REJOINDER_SAGEMAKER_URL``); our server's ``http://host:port`` for local runs.
+        aws_access_key_id, aws_secret_access_key: explicit credentials (default: botocore's chain).
         voice_id, sample_rate (Hz), language: the Sonic request's fields.
         timeout_s: connect/read timeout (s).
 
@@ -46,7 +47,8 @@ class SageMakerTTS:
     """
 
     def __init__(self, endpoint_name: str | None = None, region: str | None = None,
-                 base_url: str | None = None, *, voice_id: str = "a0e99841-438c-4a64-b679-ae501e7d6091",
+                 base_url: str | None = None, *, aws_access_key_id: str | None = None,
+                 aws_secret_access_key: str | None = None, voice_id: str = "a0e99841-438c-4a64-b679-ae501e7d6091",
                  sample_rate: int = 16000, language: str = "en", timeout_s: float = 30.0) -> None:
         import botocore.session
         import httpx
@@ -59,7 +61,11 @@ class SageMakerTTS:
         base = base_url or os.environ.get("REJOINDER_SAGEMAKER_URL") or \
             f"https://runtime.sagemaker.{self.region}.amazonaws.com"
         self.url = f"{base.rstrip('/')}/endpoints/{self.endpoint_name}/invocations-response-stream"
-        creds = botocore.session.Session().get_credentials()
+        if aws_access_key_id and aws_secret_access_key:
+            from botocore.credentials import Credentials
+            creds = Credentials(aws_access_key_id, aws_secret_access_key)
+        else:
+            creds = botocore.session.Session().get_credentials()
         if creds is None:
             raise ConfigError(f"no AWS credentials for the SageMaker TTS: {CRED_HINT}")
         self._creds = creds

@@ -98,8 +98,10 @@ def file_hash(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repeat: int,
-            suite: str, hosting: str | None = None, network: str | None = None) -> dict[str, Any]:
-    """Everything that defines a run's conditions (JSON-ready)."""
+            suite: str, hosting: str | None = None, network: str | None = None,
+            arrangement: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Everything that defines a run's conditions (JSON-ready). ``extra`` adds keys (e.g. the
+    network profile's parameters and the model servers' cold starts of a hosting run)."""
     try:
         version = metadata.version("rejoinder")
     except metadata.PackageNotFoundError:
@@ -114,11 +116,12 @@ def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repe
         "config": config,
         "hosting": hosting or getattr(cfg, "hosting", None),
         "network": network or getattr(cfg, "network", None),
-        "arrangement": "one process, N concurrent calls as asyncio tasks sharing the loaded models",
+        "arrangement": arrangement or "one process, N concurrent calls as asyncio tasks sharing the loaded models",
         "concurrency": concurrency,
         "repeat": repeat,
         "suite": suite,
         "scenarios": scenarios,
+        **redact(extra),
     }
 
 
