@@ -34,7 +34,7 @@ import soxr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..ports import TTSPort
-from .wire import ENCODINGS, SAMPLE_RATES, ServerFaults, bearer_or_key, encode_pcm, key_matches
+from .wire import ENCODINGS, SAMPLE_RATES, ServerFaults, bearer_or_key, due_fault, encode_pcm, key_matches
 
 PATH = "/tts/websocket"
 MAX_MESSAGE = 1 << 20      # bytes per client message
@@ -273,22 +273,15 @@ class CartesiaTTSServer:
             await stream.aclose()  # type: ignore[attr-defined]
 
     async def _inject(self, ws, faults, sent: int, cid: str) -> None:
-        for f in faults:
-            if f.kind == "slow" and sent == 0:
-                await asyncio.sleep(f.value_ms / 1000.0)
-            if f.after != sent:
-                continue
-            if f.kind == "stall":
-                await asyncio.sleep(f.value_ms / 1000.0)
-            elif f.kind == "error":
-                await ws.send(error_message(cid, 500, "injected_fault", "injected mid-stream error"))
-                raise _Abort()
-            elif f.kind == "drop":
-                ws.transport.abort()  # the connection dies without a close frame
-                raise _Abort()
-            elif f.kind == "garbage":
-                await ws.send("{not json")
-                raise _Abort()
+        kind = await due_fault(faults, sent)
+        if kind == "error":
+            await ws.send(error_message(cid, 500, "injected_fault", "injected mid-stream error"))
+        elif kind == "drop":
+            ws.transport.abort()  # the connection dies without a close frame
+        elif kind == "garbage":
+            await ws.send("{not json")
+        if kind is not None:
+            raise _Abort()
 
 
 class _Abort(Exception):

@@ -105,6 +105,17 @@ def _build_stt(initial_prompt: str | None):
     return BUILDERS["stt"]["whisper-base"](cfg)
 
 
+async def _run_ws(server, host: str, port: int, path: str) -> None:
+    """Listen with a WebSocket server until SIGTERM/SIGINT."""
+    ws = await server.serve(host, port)
+    _say(f"ready ws://{host}:{port}{path}")
+    try:
+        await _until_stopped()
+    finally:
+        ws.close()
+        await ws.wait_closed()
+
+
 async def _serve(stage, protocol, host, port, engine, api_key, endpoint_name, region, faults,
                  initial_prompt, interim_ms, console) -> None:
     if stage == "stt":
@@ -112,25 +123,13 @@ async def _serve(stage, protocol, host, port, engine, api_key, endpoint_name, re
 
         server = CartesiaSTTServer(await asyncio.to_thread(_build_stt, initial_prompt), api_key=api_key,
                                    interim_ms=interim_ms, faults=faults)
-        ws = await server.serve(host, port)
-        _say(f"ready ws://{host}:{port}/stt/websocket")
-        try:
-            await _until_stopped()
-        finally:
-            ws.close()
-            await ws.wait_closed()
+        await _run_ws(server, host, port, "/stt/websocket")
         return
     tts = await asyncio.to_thread(_build_tts, engine)
     if protocol == "cartesia":
         from .cartesia_tts_server import CartesiaTTSServer
 
-        ws = await CartesiaTTSServer(tts, api_key=api_key, faults=faults).serve(host, port)
-        _say(f"ready ws://{host}:{port}/tts/websocket")
-        try:
-            await _until_stopped()
-        finally:
-            ws.close()
-            await ws.wait_closed()
+        await _run_ws(CartesiaTTSServer(tts, api_key=api_key, faults=faults), host, port, "/tts/websocket")
         return
     import uvicorn
 

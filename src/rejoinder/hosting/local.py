@@ -16,12 +16,7 @@ from .wire import ServerFaults
 
 
 @asynccontextmanager
-async def cartesia_tts(tts: TTSPort, *, api_key: str | None = "local-key", host: str = "127.0.0.1",
-                       faults: ServerFaults | None = None) -> AsyncIterator[tuple[object, str]]:
-    """A :class:`~rejoinder.hosting.cartesia_tts_server.CartesiaTTSServer`; yields (server, ws URL)."""
-    from .cartesia_tts_server import CartesiaTTSServer
-
-    server = CartesiaTTSServer(tts, api_key=api_key, faults=faults)
+async def _listening(server, host: str) -> AsyncIterator[tuple[object, str]]:
     ws = await server.serve(host, 0)
     try:
         yield server, f"ws://{host}:{ws.sockets[0].getsockname()[1]}"
@@ -31,19 +26,24 @@ async def cartesia_tts(tts: TTSPort, *, api_key: str | None = "local-key", host:
 
 
 @asynccontextmanager
+async def cartesia_tts(tts: TTSPort, *, api_key: str | None = "local-key", host: str = "127.0.0.1",
+                       faults: ServerFaults | None = None) -> AsyncIterator[tuple[object, str]]:
+    """A :class:`~rejoinder.hosting.cartesia_tts_server.CartesiaTTSServer`; yields (server, ws URL)."""
+    from .cartesia_tts_server import CartesiaTTSServer
+
+    async with _listening(CartesiaTTSServer(tts, api_key=api_key, faults=faults), host) as pair:
+        yield pair
+
+
+@asynccontextmanager
 async def cartesia_stt(stt: STTPort, *, api_key: str | None = "local-key", host: str = "127.0.0.1",
                        faults: ServerFaults | None = None, idle_s: float = 20.0
                        ) -> AsyncIterator[tuple[object, str]]:
     """A :class:`~rejoinder.hosting.cartesia_stt_server.CartesiaSTTServer`; yields (server, ws URL)."""
     from .cartesia_stt_server import CartesiaSTTServer
 
-    server = CartesiaSTTServer(stt, api_key=api_key, faults=faults, idle_s=idle_s)
-    ws = await server.serve(host, 0)
-    try:
-        yield server, f"ws://{host}:{ws.sockets[0].getsockname()[1]}"
-    finally:
-        ws.close()
-        await ws.wait_closed()
+    async with _listening(CartesiaSTTServer(stt, api_key=api_key, faults=faults, idle_s=idle_s), host) as pair:
+        yield pair
 
 
 @asynccontextmanager

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..ports import TTSPort
 from . import eventstream
 from .cartesia_tts_server import OutputFormat
-from .wire import ENCODINGS, SAMPLE_RATES, ServerFaults, encode_pcm
+from .wire import ENCODINGS, SAMPLE_RATES, ServerFaults, due_fault, encode_pcm
 
 
 class SonicRequest(BaseModel):
@@ -153,23 +153,17 @@ def create_app(tts: TTSPort, *, endpoint_name: str = "rejoinder-tts", access_key
                 offset_s += len(piece.pcm) / rate_in
                 pcm = piece.pcm if resampler is None else resampler.resample_chunk(piece.pcm)
                 for i in range(0, len(pcm), step):
-                    for f in active:
-                        if f.kind == "slow" and sent == 0:
-                            await asyncio.sleep(f.value_ms / 1000.0)
-                        if f.after != sent:
-                            continue
-                        if f.kind == "stall":
-                            await asyncio.sleep(f.value_ms / 1000.0)
-                        elif f.kind == "error":
-                            yield eventstream.model_stream_error("injected mid-stream failure", "StreamBroken")
-                            return
-                        elif f.kind == "drop":
-                            raise ConnectionAbortedError("injected: connection dropped mid-stream")
-                        elif f.kind == "garbage":
-                            bad = bytearray(eventstream.payload_part(b"{}\n"))
-                            bad[-1] ^= 0xFF  # a wrong message CRC
-                            yield bytes(bad)
-                            return
+                    kind = await due_fault(active, sent)
+                    if kind == "error":
+                        yield eventstream.model_stream_error("injected mid-stream failure", "StreamBroken")
+                        return
+                    if kind == "drop":
+                        raise ConnectionAbortedError("injected: connection dropped mid-stream")
+                    if kind == "garbage":
+                        bad = bytearray(eventstream.payload_part(b"{}\n"))
+                        bad[-1] ^= 0xFF  # a wrong message CRC
+                        yield bytes(bad)
+                        return
                     data = base64.b64encode(encode_pcm(pcm[i:i + step], fmt.encoding)).decode("ascii")
                     for p in parts({"type": "chunk", "context_id": cid, "status_code": 206, "done": False,
                                     "data": data, "sampling_rate": fmt.sample_rate,

@@ -13,6 +13,7 @@ malformed frame.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import random
 from dataclasses import dataclass, field
@@ -108,3 +109,18 @@ class ServerFaults:
         active = [f for f in self.faults if self.rng.random() < f.probability]
         self.fired += len(active)
         return active
+
+
+async def due_fault(active: list[Fault], sent: int) -> str | None:
+    """Before audio chunk number ``sent`` of a request: sleep for ``slow``/``stall`` faults, and
+    return the kind (``error``, ``drop`` or ``garbage``) of a fault that ends the stream here."""
+    for f in active:
+        if f.kind == "slow" and sent == 0:
+            await asyncio.sleep(f.value_ms / 1000.0)
+        if f.after != sent:
+            continue
+        if f.kind == "stall":
+            await asyncio.sleep(f.value_ms / 1000.0)
+        elif f.kind in ("error", "drop", "garbage"):
+            return f.kind
+    return None
