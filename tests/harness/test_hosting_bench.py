@@ -54,6 +54,7 @@ def test_managed_endpoint_comparison_end_to_end(tmp_path):
     assert cond["hosting"] == "managed-tts" and cond["network"] == "loopback"
     assert cond["config"]["stack"]["tts"] == "sagemaker" and cond["config"]["stack"]["stt"] == "cartesia"
     assert cond["config"]["stack"]["sagemaker"]["aws_secret_access_key"] == "<redacted>"
+    assert "<redacted>" in cond["servers"]["stt"]["args"]  # the API key is not stored
     assert cond["network_profile"]["rtt_ms"] == 0 and cond["network_profile"]["measured_rtt"]["n"] == 40
     # nothing left running: the servers were stopped
     assert str(cond["servers"]["tts"]["pid"]) not in subprocess.run(["ps", "-e", "-o", "pid="], capture_output=True,

@@ -78,7 +78,9 @@ class ServerProcess:
         return self.proc.pid if self.proc else None
 
     def describe(self) -> dict[str, Any]:
-        return {"args": self.args, "namespace_prefix": self.prefix, "pid": self.pid,
+        """Command, pid and timings (the API key in the arguments is redacted)."""
+        args = ["<redacted>" if i and self.args[i - 1] == "--api-key" else a for i, a in enumerate(self.args)]
+        return {"args": args, "namespace_prefix": self.prefix, "pid": self.pid,
                 "listening_ms": round(self.listening_ms, 1) if self.listening_ms else None,
                 "cold_start_ms": self.cold_start_ms}
 
