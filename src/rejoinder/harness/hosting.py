@@ -321,4 +321,21 @@ def comparison(store: Any, results: list[tuple[Plan, str, str]], min_ms: float =
             col["real_vs_first"] = [{"boundary": r["boundary"], "diff_ms": r["diff"], "ci95": r["ci95"]}
                                     for r in rows if r["verdict"] == "real"]
         cols.append(col)
+    _added_rtt(cols)
     return {"baseline": base, "runs": cols}
+
+
+def _added_rtt(cols: list[dict[str, Any]]) -> None:
+    """The round trip each profile added on the model-server socket, against a loopback run of
+    the same comparison, and whether it is within 10 % of the profile's (the verification)."""
+    loop = [c["network"]["measured_rtt"]["median_ms"] for c in cols
+            if (c["network"] or {}).get("name") == "loopback" and (c["network"] or {}).get("measured_rtt")]
+    if not loop:
+        return
+    base = min(loop)
+    for c in cols:
+        net = c["network"] or {}
+        if net.get("measured_rtt") and net.get("rtt_ms"):
+            added = net["measured_rtt"]["median_ms"] - base
+            net["added_rtt_ms"] = round(added, 2)
+            net["added_within_10pct"] = abs(added - net["rtt_ms"]) <= 0.1 * net["rtt_ms"]

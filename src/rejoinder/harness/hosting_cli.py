@@ -57,14 +57,17 @@ def print_comparison(out: Any, cmp: dict[str, Any]) -> None:
     out.print(res)
 
     net = Table(title="network between the agent and its model servers", box=box.SIMPLE_HEAD)
-    for h in ("run", "profile", "RTT ms", "jitter σ", "loss %", "emulator", "measured socket RTT p50 / p95"):
+    for h in ("run", "profile", "RTT ms", "jitter σ", "loss %", "emulator", "measured socket RTT p50 / p95",
+              "added vs loopback (within 10 %?)"):
         net.add_column(h)
     for r in runs:
         n = r["network"] or {}
         m = n.get("measured_rtt") or {}
         net.add_row(r["label"], str(n.get("name")), _num(n.get("rtt_ms"), "{:g}"), _num(n.get("jitter_ms"), "{:g}"),
                     _num(n.get("loss_pct"), "{:g}"), str(n.get("emulator") or "—"),
-                    "—" if not m else f"{m['median_ms']:.2f} / {m['p95_ms']:.2f}")
+                    "—" if not m else f"{m['median_ms']:.2f} / {m['p95_ms']:.2f}",
+                    "—" if "added_rtt_ms" not in n else
+                    f"{n['added_rtt_ms']:.2f} ({'yes' if n['added_within_10pct'] else 'NO'})")
     out.print(net)
 
     failed = [r for r in runs if r["failure"]]
