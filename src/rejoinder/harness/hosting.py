@@ -105,7 +105,11 @@ class Deployment:
         return self.link.server_ip if self.link else "127.0.0.1"
 
     def _port(self, k: int) -> int:
-        return BASE_PORT + 4 * self.index + k
+        """Port of server ``k`` (0 STT, 1 TTS): fixed inside a namespace of our own, free ones
+        on this host's loopback."""
+        if not hasattr(self, "_ports"):
+            self._ports = [BASE_PORT + k for k in range(2)] if self.link else [_free_port(), _free_port()]
+        return self._ports[k]
 
     async def __aenter__(self) -> "Deployment":
         p = self.plan
@@ -234,6 +238,14 @@ class _Warmed:
             close = getattr(port, "aclose", None)
             if close is not None:
                 await close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def check_network(items: list[Plan]) -> str | None:
