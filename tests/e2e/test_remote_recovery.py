@@ -7,11 +7,12 @@ import pytest
 
 import yaml
 
-from rejoinder.agent import Agent, load_caller
+from rejoinder.runtime import load_caller
 from rejoinder.cli import BUNDLED_CALL
 from rejoinder.text import normalize_for_speech
 from rejoinder.config import AgentConfig
 from rejoinder.events import AgentSpeech, EventBus, Recovery
+from rejoinder.runtime import Runtime
 from rejoinder.hosting import local
 from rejoinder.hosting.wire import ServerFaults
 
@@ -72,7 +73,7 @@ async def test_mid_stream_failure_resumes_from_the_last_word_heard(adapter, pipe
             cfg.stack.cartesia.base_url, cfg.stack.cartesia.api_key = url, "local-key"
         else:
             cfg.stack.sagemaker.base_url, cfg.stack.sagemaker.endpoint_name = url, "rejoinder-tts"
-        agent = Agent(cfg)
+        agent = Runtime(cfg)
         turns, phone, sc = await load_caller(_no_barge_in(tmp_path))
         events: list = []
         bus = EventBus()

@@ -210,7 +210,7 @@ class Deployment:
 
 
 class _Warmed:
-    """The agent, plus: adapters open their sockets before the first call (a deployment keeps its
+    """The runtime, plus: adapters open their sockets before the first call (a deployment keeps its
     connections warm), and the in-process cold start is measured."""
 
     def __init__(self, agent: Any) -> None:
@@ -261,7 +261,7 @@ async def run_plans(items: list[Plan], cfg: Any, scenarios: list, store: Any, op
                     suite: str, command: str, logs: Path, on_run=None) -> list[tuple[Plan, str, str]]:
     """Run every plan in turn (each a stored run); returns ``[(plan, run_id, status)]``. Servers
     and links of a plan are stopped and removed before the next starts, also on failure."""
-    from ..agent import Agent
+    from ..runtime import Runtime
     from .bench import run_bench
     from .conditions import collect
 
@@ -275,13 +275,14 @@ async def run_plans(items: list[Plan], cfg: Any, scenarios: list, store: Any, op
             run_cfg.network = plan.profile.name if plan.profile else "none"
             if plan.failure and plan.arrangement == "in-process":
                 run_cfg.faults, run_cfg.fault_seed = plan.failure, 1
-            agent = _Warmed(Agent(run_cfg))
+            runtime = Runtime(run_cfg)
+            agent = _Warmed(runtime)
             try:
                 await agent.warmup()
                 extra = dep.conditions()
                 extra["hosting_arrangement"]["agent_cold_start_ms"] = agent.cold_start_ms
                 conds = collect(run_cfg, concurrency=opts.levels, scenarios=opts.hashes, repeat=opts.repeat,
-                                suite=suite, arrangement=f"{plan.label}: {ARRANGEMENTS[plan.arrangement]}",
+                                suite=suite, agent=runtime.agent, arrangement=f"{plan.label}: {ARRANGEMENTS[plan.arrangement]}",
                                 **extra)
                 run_id = store.begin_run(conds, suite=suite, command=command)
                 if on_run:

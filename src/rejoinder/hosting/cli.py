@@ -53,7 +53,9 @@ def register(app: typer.Typer) -> None:
                                                    "'tts:error@3%0.2' or 'tts:garbage@1'"),
               fault_seed: int = typer.Option(0, help="seed of the server-side faults"),
               initial_prompt: Optional[str] = typer.Option(None, help="stt: Whisper's prompt (default: "
-                                                           "the reference application's, as in-process)"),
+                                                           "the agent's, as in-process)"),
+              agent: Optional[str] = typer.Option(None, help="stt: the agent whose vocabulary prompts "
+                                                  "Whisper (default: the reference support agent)"),
               interim_ms: float = typer.Option(0.0, help="stt: interim transcripts every N ms of audio")) -> None:
         """Serve one model stage: TTS over Cartesia Sonic's WebSocket or a SageMaker-shaped
         response stream, STT over Cartesia Ink's WebSocket, LLM over the OpenAI chat API."""
@@ -73,6 +75,9 @@ def register(app: typer.Typer) -> None:
             if stage == "llm":
                 _serve_llm(host, port)
                 return
+            if stage == "stt" and initial_prompt is None:  # the same prompt as the in-process STT
+                from ..agent import load_agent
+                initial_prompt = load_agent(agent).stt_prompt() or ""
             asyncio.run(_serve(stage, protocol, host, port, engine, api_key, endpoint_name, region,
                                injected, initial_prompt, interim_ms, console))
         except RejoinderError as exc:
@@ -98,9 +103,6 @@ def _build_stt(initial_prompt: str | None):
     from ..adapters.registry import BUILDERS, StackConfig
 
     cfg = StackConfig()
-    if initial_prompt is None:
-        from ..app.assistant import STT_PROMPT
-        initial_prompt = STT_PROMPT
     cfg.whisper.initial_prompt = initial_prompt or None
     return BUILDERS["stt"]["whisper-base"](cfg)
 
