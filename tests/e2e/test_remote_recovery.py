@@ -84,11 +84,17 @@ async def test_mid_stream_failure_resumes_from_the_last_word_heard(adapter, pipe
     recovered = [e for e in events if isinstance(e, Recovery) and e.stage == "tts"]
     assert faults.fired >= 1 and recovered, (faults.fired, recovered)
     assert all(r.action == "retry" and r.resume_from for r in recovered)
+    completed = 0
     for turn in {r.turn_id for r in recovered}:
         [speech] = [e for e in events if isinstance(e, AgentSpeech) and e.turn_id == turn]
-        assert not speech.interrupted
+        heard, full = _words(speech.heard_text), _words(speech.full_text)
+        if speech.interrupted:  # the caller barged in (e.g. over the greeting): a prefix, no repeats
+            assert heard == full[:len(heard)], speech
+            continue
         # every word of the reply heard exactly once: trimmed to the last whole word, resumed
-        assert _words(speech.heard_text) == _words(speech.full_text), speech
+        assert heard == full, speech
+        completed += 1
+    assert completed >= 1
     for r in recovered:  # each resume starts at a word boundary of a chunk the agent was saying
         said = " ".join(e.full_text for e in events if isinstance(e, AgentSpeech) and e.turn_id == r.turn_id)
         assert " ".join(_words(said)).find(" ".join(_words(r.resume_from))) >= 0, (r, said)
