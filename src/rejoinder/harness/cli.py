@@ -14,24 +14,22 @@ from typing import Any, Optional
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..cliout import console, error, table_console
+from ..cliout import plain
 from ..errors import RejoinderError
 
-err = Console(stderr=True)
-out = Console()
-if not out.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    out = Console(width=132)
+err = console(stderr=True)
+out = table_console()  # tables fit the terminal; piped or captured: 132 columns, not 80
 
 STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
                          help="run store file (default: runs.sqlite in the user data directory)")
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False, markup=True)
+    error(err, exc)
     raise typer.Exit(2)
 
 
@@ -119,15 +117,16 @@ def print_summary(summary: dict[str, Any]) -> None:
             for name, cs in (lv.get("failure_causes") or {}).items():
                 for cause, n in cs.items():
                     causes.setdefault(name, {})[cause] = causes.get(name, {}).get(cause, 0) + n
-        out.print("failed tasks: " + ", ".join(
+        out.print(plain("failed tasks: " + ", ".join(
             f"{k} ×{v}" + (" (" + ", ".join(f"{c} ×{n}" for c, n in causes.get(k, {}).items()) + ")"
                            if causes.get(k) else "") for k, v in bad.items())
-            + "  (see `rejoinder runs show` / the report)", soft_wrap=True)
+            + "  (see `rejoinder runs show` / the report)"))
 
 
 def register(app: typer.Typer) -> None:
     """Add the harness commands to ``app``."""
-    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True)
+    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True,
+                       rich_markup_mode=None)
     app.add_typer(runs, name="runs")
 
     @app.command()
@@ -200,7 +199,7 @@ def register(app: typer.Typer) -> None:
             st.add_note(run_id, note)
         total = sum(levels) * len(scs) * repeat
         err.print(f"run [bold]{run_id}[/] · {len(scs)} scenario(s) × levels {levels} × {repeat} → {total} calls "
-                  f"· store {st.path}")
+                  f"· store {plain(st.path)}")
         failed = 0
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err) as progress:
@@ -225,13 +224,13 @@ def register(app: typer.Typer) -> None:
         summary = run_summary(st, run_id)
         if report:
             from .report import write_report
-            err.print(f"report: {write_report(st, run_id, report)}")
+            err.print(f"report: {plain(write_report(st, run_id, report))}")
         if json_out:
             print(json.dumps(summary, indent=2, default=str))
         else:
             print_summary(summary)
-        err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder report {run_id}{_store_flag(store)}` "
-                  "for the plots")
+        err.print(f"stored as run [bold]{run_id}[/] ({status}); "
+                  f"`rejoinder report {run_id}{plain(_store_flag(store))}` for the plots")
 
     @runs.command("list")
     def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[Path] = STORE_OPT,
@@ -272,16 +271,16 @@ def register(app: typer.Typer) -> None:
         c = info["conditions"]
         code = c.get("code", {})
         out.print(f"[bold]{info['id']}[/] {info['status']} · {info['started_at']} → {info.get('ended_at')}\n"
-                  f"command: {escape(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
+                  f"command: {plain(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
                   f"rejoinder {code.get('rejoinder')} · hosting {c.get('hosting')} · network {c.get('network')}\n"
                   f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
                   f" · stack: {_stack_names((c.get('config') or {}).get('stack') or {})}")
         print_summary(summary)
         for n in info["notes"]:
-            out.print(f"note {n['at'][:19]}: {escape(n['text'])}")
+            out.print(f"note {n['at'][:19]}: {plain(n['text'])}")
         for call in st.calls(info["id"]):
             for f in call["failures"]:
-                out.print(f"[red]✗[/] {call['concurrency']} at once · {escape(call['scenario'])}: {escape(f)}")
+                out.print(f"[red]✗[/] {call['concurrency']} at once · {plain(call['scenario'])}: {plain(f)}")
 
     @runs.command("search")
     def runs_search(text: str = typer.Argument(..., help='words (all required), or FTS5 syntax: "a phrase", OR, prefix*'),
@@ -295,7 +294,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print(json.dumps(hits, indent=2))
             return
-        t = Table(title=f"search: {text}")
+        t = Table(title=f"search: {plain(text)}")
         for h in ("run", "call", "kind", "match"):
             t.add_column(h, overflow="fold")
         for h in hits:
@@ -311,7 +310,7 @@ def register(app: typer.Typer) -> None:
             st.add_note(run, text)
         except RejoinderError as exc:
             _fail(exc)
-        err.print(f"noted on {st.resolve(run)}")
+        err.print(f"noted on {plain(st.resolve(run))}")
 
     @runs.command("compare")
     def runs_compare(a: str = typer.Argument(..., help="run A (baseline)"), b: str = typer.Argument(..., help="run B"),
@@ -331,7 +330,7 @@ def register(app: typer.Typer) -> None:
             out.print("[bold]conditions that differ[/] (A → B):")
             for d in res["conditions_differ"][:25]:
                 va, vb = (json.dumps(d[k], default=str)[:80] for k in ("a", "b"))
-                out.print(f"  {d['key']}: {va} → {vb}")
+                out.print(plain(f"  {d['key']}: {va} → {vb}"))
         for lv in res["levels"]:
             t = Table(title=f"{res['a']} (A) vs {res['b']} (B) · {lv['concurrency']} call(s) at once · ms")
             for h in ("boundary", "median A", "median B", "Δ B−A", "95% CI", "n A/B", "verdict", "waits on"):
@@ -359,7 +358,7 @@ def register(app: typer.Typer) -> None:
             print_summary(run_summary(st, run))
         except RejoinderError as exc:
             _fail(exc)
-        err.print(f"report: {path.resolve()}")
+        err.print(f"report: {plain(path.resolve())}")
 
     @app.command("scenarios")
     def scenarios_cmd(suite: Optional[str] = typer.Argument(None, help="suite name, folder or file")) -> None:
@@ -369,7 +368,7 @@ def register(app: typer.Typer) -> None:
             label, scs = load_suite(suite)
         except RejoinderError as exc:
             _fail(exc)
-        t = Table(title=f"suite {label}")
+        t = Table(title=f"suite {plain(label)}")
         for h in ("scenario", "turns", "tags", "description"):
             t.add_column(h, overflow="fold")
         for sc in scs:
