@@ -88,13 +88,14 @@ def print_comparison(out: Any, cmp: dict[str, Any]) -> None:
         real = r.get("real_vs_first") or []
         text = ", ".join(f"{x['boundary']} {x['diff_ms']:+.0f} ms [{x['ci95'][0]:.0f}, {x['ci95'][1]:.0f}]"
                          for x in real) or "none"
-        out.print(f"{r['label']} vs {runs[0]['label']}: real differences: {text}", soft_wrap=True)
+        out.print(f"{r['label']} vs {runs[0]['label']}: real differences: {text}")
 
 
 def run_hosting(*, hosting: list[str], networks: list[str], failures: bool, cfg: Any, scenarios: list,
                 store: Any, opts: Any, suite: str, command: str, err: Any, out: Any, json_out: bool) -> int:
     """Run the comparison; returns the exit code. Preflights the network first: where namespaces
     cannot be created nothing starts."""
+    from ..cliout import error, plain
     from ..errors import RejoinderError
     from .hosting import check_network, comparison, plans, run_plans
 
@@ -102,14 +103,14 @@ def run_hosting(*, hosting: list[str], networks: list[str], failures: bool, cfg:
         items = plans(hosting, networks, failures)
         emulator = check_network(items)
     except RejoinderError as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        error(err, exc)
         return 2
     err.print(f"{len(items)} run(s): " + ", ".join(p.label for p in items)
-              + (f" · network emulator: {emulator}" if emulator else ""), soft_wrap=True)
+              + (f" · network emulator: {emulator}" if emulator else ""))
     logs = Path(store.path).parent / "server-logs"
 
     def on_run(plan, run_id):
-        err.print(f"[bold]{plan.label}[/] → run {run_id}", soft_wrap=True)
+        err.print(f"[bold]{plan.label}[/] → run {run_id}")
 
     try:
         results = asyncio.run(run_plans(items, cfg, scenarios, store, opts, suite=suite, command=command,
@@ -118,7 +119,7 @@ def run_hosting(*, hosting: list[str], networks: list[str], failures: bool, cfg:
         err.print("[yellow]interrupted[/]: finished runs are stored; servers and namespaces were removed")
         return 130
     except RejoinderError as exc:
-        err.print(f"[bold red]error:[/] {exc} (server logs: {logs})", soft_wrap=True)
+        error(err, f"{exc} (server logs: {logs})")
         return 2
     cmp = comparison(store, results)
     if json_out:
@@ -126,5 +127,6 @@ def run_hosting(*, hosting: list[str], networks: list[str], failures: bool, cfg:
     else:
         print_comparison(out, cmp)
     ids = " ".join(r for _, r, _ in results)
-    err.print(f"stored runs: {ids}; `rejoinder runs compare {results[0][1]} RUN` for any pair", soft_wrap=True)
+    err.print(f"stored runs: {ids}; `rejoinder runs compare {results[0][1]} RUN --store {plain(store.path)}` "
+              "for any pair")
     return 0

@@ -59,16 +59,16 @@ def register(app: typer.Typer) -> None:
               interim_ms: float = typer.Option(0.0, help="stt: interim transcripts every N ms of audio")) -> None:
         """Serve one model stage: TTS over Cartesia Sonic's WebSocket or a SageMaker-shaped
         response stream, STT over Cartesia Ink's WebSocket, LLM over the OpenAI chat API."""
-        from rich.console import Console
-
+        from ..cliout import console as make_console
+        from ..cliout import error, plain
         from ..errors import RejoinderError
         from .wire import ServerFaults
 
-        console = Console(stderr=True, soft_wrap=True)
+        console = make_console(stderr=True)
         protocol = protocol or PROTOCOLS.get(stage, ("",))[0]
         if stage not in PROTOCOLS or protocol not in PROTOCOLS[stage]:
-            console.print(f"[bold red]error:[/] cannot serve {stage!r} over {protocol!r}; valid: "
-                          + "; ".join(f"{s}: {', '.join(p)}" for s, p in PROTOCOLS.items()))
+            error(console, f"cannot serve {stage!r} over {protocol!r}; valid: "
+                  + "; ".join(f"{s}: {', '.join(p)}" for s, p in PROTOCOLS.items()))
             raise typer.Exit(2)
         try:
             injected = ServerFaults.parse(faults, stage, fault_seed) if stage != "llm" else None
@@ -81,10 +81,10 @@ def register(app: typer.Typer) -> None:
             asyncio.run(_serve(stage, protocol, host, port, engine, api_key, endpoint_name, region,
                                injected, initial_prompt, interim_ms, console))
         except RejoinderError as exc:
-            console.print(f"[bold red]error:[/] {exc}")
+            error(console, exc)
             raise typer.Exit(2)
         except OSError as exc:
-            console.print(f"[bold red]error:[/] cannot listen on {host}:{port}: {exc}")
+            error(console, f"cannot listen on {host}:{port}: {exc}")
             raise typer.Exit(2)
 
 
