@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-APT_PKGS="asterisk-core-sounds-en-wav asterisk-core-sounds-en espeak-ng sox chromium chromium-driver postgresql"
+APT_PKGS="asterisk-core-sounds-en-wav asterisk-core-sounds-en espeak-ng sox chromium chromium-driver postgresql iproute2"
 
 missing=""
 for p in $APT_PKGS; do

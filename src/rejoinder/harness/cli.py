@@ -141,8 +141,13 @@ def register(app: typer.Typer) -> None:
               config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
-              hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
-              network: Optional[str] = typer.Option(None, help="network-profile label"),
+              hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
+                                                    "in-process, servers, managed-tts"),
+              network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
+                                                    "comma-separated: loopback, same-zone, cross-zone, regional, "
+                                                    "cross-region, regional-lossy"),
+              failures: bool = typer.Option(False, "--failures", help="with --hosting: also run each "
+                                            "arrangement with the TTS stream dying mid-sentence"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
               faults: Optional[str] = typer.Option(None, help="inject faults into every call: a spec "
                                                    "like 'tts:drop@1%0.3,llm:stall=2500@3' or 'default'"),
@@ -167,10 +172,6 @@ def register(app: typer.Typer) -> None:
             from ..runtime import Runtime
             label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
             cfg = load_config(config, agent=agent, tts=tts, llm=llm)
-            if hosting:
-                cfg.hosting = hosting
-            if network:
-                cfg.network = network
             if faults:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)
@@ -182,6 +183,16 @@ def register(app: typer.Typer) -> None:
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
+        if hosting or network:  # the hosting comparison: one stored run per arrangement × profile
+            from .bench import BenchOptions as _Opts
+            from .hosting_cli import run_hosting
+            raise typer.Exit(run_hosting(
+                hosting=[h for h in (hosting or "servers").replace(" ", "").split(",") if h],
+                networks=[n for n in (network or "loopback").replace(" ", "").split(",") if n],
+                failures=failures, cfg=cfg, scenarios=scs, store=st, suite=label, err=err, out=out,
+                json_out=json_out, command=" ".join(["rejoinder"] + sys.argv[1:]),
+                opts=_Opts(levels=levels, repeat=repeat, hashes=hashes, call_timeout_s=call_timeout,
+                           artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio)))
         conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
                                  agent=runtime.agent)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
