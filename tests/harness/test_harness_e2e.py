@@ -53,7 +53,7 @@ def test_sweep_on_the_embedded_stack_is_stored_and_reported(runs):
     html = (tmp / "report.html").read_text()
     assert 'id="plot-cdf"' in html and 'id="plot-waterfall"' in html
     from rejoinder.harness.store import SQLiteStore as RunStore
-    with RunStore(store) as st:
+    with open_store(store) as st:
         run = st.run(piper["run_id"])
         assert run["status"] == "finished"
         models = run["conditions"]["models"]

@@ -10,7 +10,7 @@ import pytest
 
 from rejoinder.errors import ConfigError
 from rejoinder.harness import hosting
-from rejoinder.harness.store import RunStore
+from rejoinder.harness.store import open_store
 
 
 def test_plans_run_in_process_once_and_servers_per_profile():
@@ -50,7 +50,7 @@ def test_managed_endpoint_comparison_end_to_end(tmp_path):
     assert run["turns"] >= 1 and run["segments_sum_max_dev_ms"] <= 1.0
     assert run["cold_start_ms"]["tts"] > 0 and run["cold_start_ms"]["stt"] > 0
     assert {"agent", "tts", "stt"} <= set(run["resources"]) and run["resources"]["tts"]["rss_peak_mb"] > 50
-    cond = RunStore(store).run(run["run_id"])["conditions"]
+    cond = open_store(store).run(run["run_id"])["conditions"]
     assert cond["hosting"] == "managed-tts" and cond["network"] == "loopback"
     assert cond["config"]["stack"]["tts"] == "sagemaker" and cond["config"]["stack"]["stt"] == "cartesia"
     assert cond["config"]["stack"]["sagemaker"]["aws_secret_access_key"] == "<redacted>"

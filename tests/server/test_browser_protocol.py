@@ -74,7 +74,7 @@ async def test_live_calls_are_recorded_in_the_harness_run_store(tmp_path):
     with ServerThread(create_app(cfg, FakeProvider())) as srv:
         client = BrowserLikeClient(f"ws://{srv.base}/ws")
         await client.call(np.concatenate([silence(300), tone(800)]), tail_ms=3500)
-    with RunStore(db) as store:
+    with open_store(db) as store:
         [run] = store.runs()
         assert run["suite"] == "live" and run["status"] == "finished"
         [call] = store.calls(run["id"])
