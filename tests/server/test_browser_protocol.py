@@ -66,7 +66,7 @@ async def test_barge_in_pauses_then_clears_client_playback(tmp_path):
 
 
 async def test_live_calls_are_recorded_in_the_harness_run_store(tmp_path):
-    from rejoinder.harness.store import SQLiteStore as RunStore
+    from rejoinder.harness.store import open_store
     from helpers import TOKEN, ServerThread
     from rejoinder.server.app import ServerConfig, create_app
     db = tmp_path / "runs.sqlite"
