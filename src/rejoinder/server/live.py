@@ -22,10 +22,10 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol, Union
 import numpy as np
 
 from ..clock import RealClock
-from ..events import AgentSpeech, Event, EventBus, TranscriptEvent
+from ..events import Event, EventBus
 from ..session import LINE_RATE, Session, Stack
 from ..stages import Stamper
-from ..timeline import Timeline
+from ..timeline import CallTranscript, Timeline
 from ..turns import TurnPolicy
 from .protocol import CallEnded, Close
 from .store import CallRecord
@@ -69,6 +69,8 @@ class LiveCall:
         self.record = record
         self.timeline = Timeline(record.timeline_path)
         self.bus.subscribe(self.timeline)
+        self.transcript = CallTranscript()
+        self.bus.subscribe(self.transcript)
         self.bus.subscribe(self._on_event)
         self.session = Session(self.st, stack, app, policy=policy, max_seconds=max_call_s + 60.0,
                                caller_side_playout=False,
@@ -78,13 +80,13 @@ class LiveCall:
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
         self.meta: dict[str, Any] = {"call_id": call_id, "transport": transport,
                                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self.lines: list[tuple[str, str]] = []  # (caller | agent, text) as heard
         self.ended: CallEnded | None = None
         self._failure: CallEnded | None = None
         self._buf = np.zeros(FRAME, dtype=np.int16)
         self._fill = 0
         self._fed = 0                      # caller samples given to the session
         self._origin: float | None = None  # call-clock time of caller sample 0
+        self._downstream_lag_ms = downstream_lag_ms
 
     # --- caller audio in -----------------------------------------------------------------------
     def feed(self, pcm: np.ndarray, t_ms: float | None) -> None:
@@ -156,11 +158,12 @@ class LiveCall:
         """End the call at the next tick (for code that must not raise)."""
         self._failure = self._failure or exc
 
+    @property
+    def lines(self) -> list[tuple[str, str]]:
+        """(caller | agent, text) as heard: one caller line per turn."""
+        return self.transcript.lines
+
     def _on_event(self, ev: Event) -> None:
-        if isinstance(ev, TranscriptEvent) and ev.final and not ev.speculative:
-            self.lines.append(("caller", ev.text))
-        elif isinstance(ev, AgentSpeech):
-            self.lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
         if self.downlink is not None:
             self.send(self.downlink.event(ev))
 
@@ -168,10 +171,16 @@ class LiveCall:
         playout = self.session.playout
         held = False
         t = self.clock.now_ms()
+        hangup_at: float | None = None
         while True:
             await self.clock.pace(t)
             if self._failure is not None:
                 raise self._failure
+            if self.session.hangup is not None:  # the agent ended the call: close the line once
+                if hangup_at is None:             # the client has played out its buffer
+                    hangup_at = t + self._downstream_lag_ms
+                elif t >= hangup_at:
+                    raise CallEnded(Close.NORMAL, f"the agent hung up ({self.session.hangup})")
             if self.clock.now_ms() - t > RESYNC_MS:
                 t = self.clock.now_ms()
             r = playout.reply
