@@ -162,12 +162,15 @@ class WhisperSTT:
         """
         return self.decode_sync(audio, short_window=short_window).text
 
-    def decode_sync(self, audio: np.ndarray, *, short_window: bool | None = None) -> Transcript:
+    def decode_sync(self, audio: np.ndarray, *, short_window: bool | None = None,
+                    dropped: threading.Event | None = None) -> Transcript:
         """Transcribe one utterance (1-D float32, 16 kHz) into a final :class:`Transcript` with
         the decoder's confidence: ``no_speech_prob`` (the probability of Whisper's
         ``<|nospeech|>`` token at the first step) and ``avg_logprob`` (the sum of the token
         log-probabilities over ``tokens + 1``, as faster-whisper and OpenAI's ``transcribe.py``
-        compute it). Empty audio gives an empty transcript with no confidence.
+        compute it). Empty audio gives an empty transcript with no confidence. When ``dropped``
+        is set by the time this call gets the model (one decode at a time), it returns an empty
+        transcript at once: a request its caller gave up on does not queue behind the others.
 
         Raises:
             PortError: CTranslate2 failed.
@@ -178,6 +181,8 @@ class WhisperSTT:
         short = self.short_window if short_window is None else short_window
         try:
             with self._lock:
+                if dropped is not None and dropped.is_set():
+                    return Transcript(text="", final=True)
                 if short and x.size <= 30 * SAMPLE_RATE:
                     tr = self._transcribe_short(x)
                     if tr is not None:
@@ -253,4 +258,10 @@ class WhisperSTT:
         """
         chunks = [np.asarray(c, dtype=np.float32).reshape(-1) async for c in audio]
         x = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-        yield await asyncio.to_thread(self.decode_sync, x)
+        dropped = threading.Event()
+        try:
+            tr = await asyncio.to_thread(self.decode_sync, x, dropped=dropped)
+        except asyncio.CancelledError:  # a newer pause superseded this request: if it has not
+            dropped.set()               # reached the model yet, it never will
+            raise
+        yield tr
