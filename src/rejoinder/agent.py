@@ -91,15 +91,18 @@ class Agent:
     async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None,
                    caller_phone: str | None = None, clock: Clock | None = None,
                    call_id: str | None = None, bus: EventBus | None = None,
-                   tail_ms: float = 2500.0, max_ms: float = 900000.0) -> CallResult:
-        """Run one simulated call; see :func:`rejoinder.callrun.run_call`."""
+                   tail_ms: float = 2500.0, max_ms: float = 900000.0,
+                   turn_policy: dict | None = None) -> CallResult:
+        """Run one simulated call; see :func:`rejoinder.callrun.run_call`. ``turn_policy``:
+        turn-taking settings for this call over the configured ones (a scenario's
+        ``turn_policy``, e.g. idle handling)."""
         await self.warmup()
         call_id = call_id or uuid.uuid4().hex[:12]
         app = self.new_app(caller_phone, call_id)
         clock = clock or RealClock()
         stack = self.new_stack(clock)
         result = await run_call(turns, stack, app, out_dir=out_dir, clock=clock,
-                                policy=self.cfg.turns, recovery=self.cfg.recovery,
+                                policy=self.cfg.turns.merged(turn_policy or {}), recovery=self.cfg.recovery,
                                 call_id=call_id, bus=bus, tail_ms=tail_ms, max_ms=max_ms)
         result.app = app
         result.faults_injected = sum(len(p.injector.fired) for p in (stack.llm, stack.tts, stack.stt)

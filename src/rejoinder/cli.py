@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .errors import RejoinderError
@@ -78,17 +79,42 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
             with console.status("loading models…"):
                 await agent.warmup()
             console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time)…")
-            return await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
+            res = await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
+                                   turn_policy=sc.turn_policy)
+            return res, sc
 
-        result = asyncio.run(main())
+        result, sc = asyncio.run(main())
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {out}")
         raise typer.Exit(130)
     except RejoinderError as exc:
         _fail(exc)
     print_turns(result, json_out)
+    if source.suffix.lower() in (".yaml", ".yml"):
+        print_expectations(sc, result, json_out)
     if result.error:
         raise typer.Exit(1)
+
+
+def print_expectations(sc, result, as_json: bool) -> None:
+    """Check the call against its scenario's ``expect:`` blocks, as ``bench`` does (one JSON
+    object ``{"expectations": …}`` with ``--json``)."""
+    from .harness.expect import evaluate
+    caller = result.caller
+    v = evaluate(sc, result, caller.truth if caller else [], caller.cues if caller else [])
+    if as_json:
+        print(json.dumps({"expectations": {"scenario": sc.name, "success": v.success,
+                                           "checks": v.checks, "failures": v.failures}}))
+        return
+    if v.success:
+        console.print(f"[green]✓[/] {sc.name}: all {v.checks} expectations met", soft_wrap=True)
+    else:
+        console.print(f"[red]✗[/] {sc.name}: {len(v.failures)} of {v.checks} expectations failed",
+                      soft_wrap=True)
+        for f in v.failures:
+            console.print(f"  [red]✗[/] {escape(f)}", soft_wrap=True, highlight=False)
+    if result.hangup:
+        console.print(f"the agent hung up ({result.hangup})", soft_wrap=True)
 
 
 @app.command()
