@@ -12,7 +12,9 @@ from .ports import LLMPort, LLMRequest, PortError, STTPort, TTSPort, TurnPort, V
 from .reply import RecoveryPolicy
 from .session import Session, Stack
 from .timeline import SEGMENTS, Timeline, TurnRecord
-from .turns import TurnPolicy, TurnTaker
+from .dictation import NumberPolicy
+from .sounds import SoundPolicy
+from .turns import IdlePolicy, TurnPolicy, TurnTaker
 
 __version__ = "0.1.0"
 
@@ -21,5 +23,5 @@ __all__ = [
     "EventBus", "LLMPort", "LLMRequest", "MissingExtra", "PortError", "RealClock", "RecoveryPolicy",
     "RejoinderError", "SEGMENTS", "STTPort", "Session", "Stack", "TTSPort", "Timeline", "TurnPolicy",
     "TurnPort", "TurnRecord", "TurnTaker", "VADPort", "VirtualClock", "load_caller", "load_config",
-    "__version__",
+    "IdlePolicy", "NumberPolicy", "SoundPolicy", "__version__",
 ]
