@@ -31,7 +31,7 @@ def print_turns(result, as_json: bool) -> None:
     if as_json:
         for r in result.turns:
             s = r.summary()
-            print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "segments",
+            print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "time_to_answer_ms", "segments",
                                                 "largest_segment", "transcript", "heard_text",
                                                 "boundaries", "estimated", "tools", "stalls")}))
         return
@@ -56,31 +56,30 @@ def print_turns(result, as_json: bool) -> None:
 @app.command()
 def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or scenario (.yaml)"),
          out: Path = typer.Option(Path("out/call"), help="folder for call.wav, timeline.jsonl, transcript.txt"),
-         config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+         agent: Optional[str] = typer.Option(None, help="the agent: YAML file, module:attribute or "
+                                             "bundled name (default: support)"),
+         config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
          tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
          llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
          json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout")) -> None:
     """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
-    from .agent import Agent, load_caller
     from .config import load_config
+    from .runtime import Runtime, load_caller
     try:
-        cfg = load_config(config)
-        if tts:
-            cfg.stack.tts = tts
-        if llm:
-            cfg.stack.llm = llm
+        cfg = load_config(config, agent=agent, tts=tts, llm=llm)
         from .adapters.registry import validate
         validate(cfg.stack)
-        agent = Agent(cfg)
+        runtime = Runtime(cfg)
 
         async def main():
             turns, phone, sc = await load_caller(source)
             out.mkdir(parents=True, exist_ok=True)
             with console.status("loading models…"):
-                await agent.warmup()
-            console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time)…")
-            res = await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
-                                   turn_policy=sc.turn_policy)
+                await runtime.warmup()
+            console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time) "
+                          f"with agent {runtime.agent.name!r}…")
+            res = await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
+                                     turn_policy=sc.turn_policy)
             return res, sc
 
         result, sc = asyncio.run(main())
@@ -119,10 +118,13 @@ def print_expectations(sc, result, as_json: bool) -> None:
 
 @app.command()
 def demo(out: Path = typer.Option(Path("out/demo")),
+         agent: Optional[str] = typer.Option(None, help="the agent (default: support)"),
          tts: Optional[str] = typer.Option(None, help="piper | espeak"),
+         llm: Optional[str] = typer.Option(None, help="smollm2 | openai"),
          json_out: bool = typer.Option(False, "--json")) -> None:
-    """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)."""
-    call(BUNDLED_CALL, out=out, config=None, tts=tts, llm=None, json_out=json_out)
+    """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)
+    against the LLM-driven support agent (or ``--agent``)."""
+    call(BUNDLED_CALL, out=out, agent=agent, config=None, tts=tts, llm=llm, json_out=json_out)
 
 
 @app.command()

@@ -62,9 +62,11 @@ def _levels(text: str) -> list[int]:
 def print_summary(summary: dict[str, Any]) -> None:
     """Two compact tables (latency; resources) per concurrency level, then capacity and failures."""
     from ..timeline import SEGMENTS
-    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency (ms) by N calls at once",
+    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency and time to answer (ms) by N "
+                "calls at once",
                 box=box.SIMPLE_HEAD)
-    for h in ("N", "turns", "p50", "p90", "p95", "p99", "largest seg.", "stalls", "tasks ok"):
+    for h in ("N", "turns", "p50", "p90", "p95", "p99", "answer p50", "p95 ", "largest seg.", "stalls",
+              "tasks ok"):
         lat.add_column(h, justify="left" if h == "largest seg." else "right")
     res = Table(title="resources (CPU% of one core = 100)", box=box.SIMPLE_HEAD)
     for h in ("N", "calls", "wall s", "CPU%", "machine busy%", "RSS peak MB", "callers' CPU", "loop lag p99"):
@@ -73,8 +75,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         v, r = lv["v2v_ms"], lv.get("resources") or {}
         largest = max(SEGMENTS, key=lambda sname: lv["segments"][sname]["p50"] or 0.0)
         ok = lv["task_success_rate"]
+        tta = lv.get("time_to_answer_ms") or {}
         lat.add_row(str(lv["concurrency"]), str(lv["turns"].get("answered", 0)), *(_f(v[q]) for q in
-                    ("p50", "p90", "p95", "p99")), largest,
+                    ("p50", "p90", "p95", "p99")), _f(tta.get("p50")), _f(tta.get("p95")), largest,
                     f"{lv['stalls']['count']}/{lv['stalls']['total_ms']:.0f}ms",
                     "—" if ok is None else f"{100 * ok:.0f}%")
         share = r.get("caller_cpu_share")
@@ -134,14 +137,15 @@ def print_turn_taking(summary: dict[str, Any]) -> None:
 def print_outcomes(summary: dict[str, Any]) -> None:
     """Each scenario's outcome per level: calls that met every expectation, and why others did not."""
     t = Table(title="scenario outcomes (calls that met every expectation)", box=box.SIMPLE_HEAD)
-    for h in ("scenario", "N", "ok", "first failed check"):
+    for h in ("scenario", "N", "ok", "failure causes", "first failed check"):
         t.add_column(h, overflow="fold", justify="right" if h in ("N", "ok") else "left")
     for lv in summary["levels"]:
         for name, ts in lv["task_success"].items():
             why = (ts.get("failures") or [""])[0]
             ok = f"{ts['ok']}/{ts['n']}"
+            causes = ", ".join(f"{c} ×{n}" for c, n in ((lv.get("failure_causes") or {}).get(name) or {}).items())
             t.add_row(escape(name), str(lv["concurrency"]), ok if ts["ok"] == ts["n"] else f"[red]{ok}[/]",
-                      escape(why))
+                      escape(causes), escape(why))
     out.print(t)
 
 
@@ -156,9 +160,11 @@ def register(app: typer.Typer) -> None:
               concurrency: str = typer.Option("1,2,4", help="comma-separated levels: calls at once"),
               repeat: int = typer.Option(1, min=1, help="times each worker plays the suite per level"),
               scenarios: Optional[str] = typer.Option(None, help="only these scenario names (comma-separated)"),
-              config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+              agent: Optional[str] = typer.Option(None, help="the agent: YAML file, module:attribute "
+                                                  "or bundled name (default: support)"),
+              config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
-              llm: Optional[str] = typer.Option(None, help="LLM adapter"),
+              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
               network: Optional[str] = typer.Option(None, help="network-profile label"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
@@ -181,14 +187,10 @@ def register(app: typer.Typer) -> None:
         from .summary import run_summary
         levels = _levels(concurrency)
         try:
-            from ..agent import Agent
             from ..config import load_config
+            from ..runtime import Runtime
             label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
-            cfg = load_config(config)
-            if tts:
-                cfg.stack.tts = tts
-            if llm:
-                cfg.stack.llm = llm
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
             if hosting:
                 cfg.hosting = hosting
             if network:
@@ -197,11 +199,15 @@ def register(app: typer.Typer) -> None:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)
                 cfg.faults, cfg.fault_seed = faults, fault_seed
+            from ..adapters.registry import validate
+            validate(cfg.stack)
+            runtime = Runtime(cfg)
             st = _open(store)
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
-        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label)
+        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
+                                 agent=runtime.agent)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
         if note:
             st.add_note(run_id, note)
@@ -223,7 +229,7 @@ def register(app: typer.Typer) -> None:
                                 artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
                                 call_timeout_s=call_timeout)
             try:
-                status = asyncio.run(run_bench(Agent(cfg), scs, st, run_id, opts))
+                status = asyncio.run(run_bench(runtime, scs, st, run_id, opts))
             except KeyboardInterrupt:
                 err.print(f"[yellow]interrupted[/]: every finished call of run {run_id} is stored")
                 raise typer.Exit(130)

@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
                                                   "else one saved on first start)"),
               max_calls: int = typer.Option(4, min=1, help="calls at once; more are refused"),
               max_call_s: float = typer.Option(900, help="longest call in seconds"),
-              config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+              agent: Optional[str] = typer.Option(None, help="the agent: YAML file, module:attribute "
+                                                  "or bundled name (default: support)"),
+              config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               store: Path = typer.Option(Path("out/live"), help="folder for call recordings and timelines"),
@@ -33,22 +35,19 @@ def register(app: typer.Typer) -> None:
         import uvicorn
         from rich.console import Console
 
-        from ..agent import Agent
         from ..config import load_config
+        from ..runtime import Runtime
         from ..errors import RejoinderError
         from .app import AgentProvider, ServerConfig, create_app
         from .guard import resolve_token
 
         console = Console(stderr=True)
         try:
-            cfg = load_config(config)
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
+            runtime = Runtime(cfg)
         except RejoinderError as exc:
-            console.print(f"[bold red]error:[/] {exc}")
+            console.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
             raise typer.Exit(2)
-        if tts:
-            cfg.stack.tts = tts
-        if llm:
-            cfg.stack.llm = llm
         token_file = Path(platformdirs.user_config_dir("rejoinder")) / "server-token"
         secret, source = resolve_token(token, token_file)
         if len(secret) < 8:
@@ -57,7 +56,7 @@ def register(app: typer.Typer) -> None:
         server_cfg = ServerConfig(token=secret, max_calls=max_calls, max_call_s=max_call_s,
                                   store_dir=None if no_store else store, run_store=runs,
                                   record_runs=not no_store)
-        web = create_app(server_cfg, AgentProvider(Agent(cfg)))
+        web = create_app(server_cfg, AgentProvider(runtime))
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
         if source == "generated":
             console.print(f"generated a server token (saved to {token_file}):\n  {secret}")
