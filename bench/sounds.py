@@ -5,7 +5,7 @@ verdicts of :mod:`rejoinder.sounds` — as a short sound over the agent's reply
 (``overlap_verdict``: resume or barge in) and as a whole caller turn (``noise_verdict``: rejected
 or answered). The sounds are real recordings: Asterisk prompts (voice by Allison Smith,
 CC-BY-SA-3.0) at their own level and 40 dB below full scale, the reference suite's recorded
-"mm-hmm" and 0.3 s speech fragment, and six-voice babble (three LibriVox sentences, public
+"mm" hum and 0.3 s speech fragment, and six-voice babble (three LibriVox sentences, public
 domain, and three Asterisk prompts) at 35, 40 and 45 dB below full scale, cut into 0.6 / 1.2 /
 2.4 s stretches. These are the figures the thresholds in ``SoundPolicy`` were set from.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rejoinder.adapters.whisper_stt import WhisperSTT
-from rejoinder.app.assistant import STT_PROMPT
+from rejoinder.app.support import agent
 from rejoinder.audio_io import load_audio, resample
 from rejoinder.caller import render_turns
 from rejoinder.harness.suite import SUITES_DIR
@@ -68,7 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    stt = WhisperSTT(initial_prompt=STT_PROMPT)  # as the embedded agent runs it
+    stt = WhisperSTT(initial_prompt=agent.stt_prompt())  # as the reference agent runs it
     policy, backchannels = SoundPolicy(), TurnPolicy().backchannels
     rows: list[dict] = []
 
@@ -89,7 +89,7 @@ def main() -> None:
         x = prompt(name)
         run("answer", name, x, 1000.0 * len(x) / 16000)
         run("answer", f"{name} @-40", at_level(x, -40.0), 1000.0 * len(x) / 16000)
-    run("mm-hmm", "backchannel_mm_hmm_real", scenario_turn("backchannel_mm_hmm_real.yaml", 1), 520)
+    run("mm", "backchannel_mm_real", scenario_turn("backchannel_mm_real.yaml", 1), 470)
     run("fragment", "noise_during_reply_real", scenario_turn("noise_during_reply_real.yaml", 1), 300)
     mix = babble()
     for level in (-35.0, -40.0, -45.0):

@@ -446,3 +446,17 @@ async def test_the_idle_timer_starts_after_the_greeting():
     [reprompt] = res.turns  # the greeting is turn 0, outside the per-turn records
     assert reprompt.initiated == "idle_prompt" and ends
     assert 2500 <= reprompt.stamps["playback_start"] - ends[0] <= 2700
+
+
+async def test_a_transcript_that_drops_the_digits_keeps_the_hold():
+    clock = VirtualClock()
+    # Whisper base, on a real recording: "… 41586" at one pause, then the digits vanish at the
+    # next ("My callback number is...") although the caller read more: the turn stays held
+    stack = make_stack(clock, ["My callback number is 4 1 5", "My callback number is... 41586",
+                               "My callback number is...", "My callback number is 415 862 3079."],
+                       eot_prob=0.95)
+    pcm = np.concatenate([tone(1500), silence(1000), tone(900), silence(1000), tone(500),
+                          silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert asked(res) == ["My callback number is 415 862 3079."]

@@ -32,7 +32,7 @@ from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply
 from .respond import Draft, Say
-from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict
+from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
 from .stages import Stamper
 from .tools import CallContext
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
@@ -127,7 +127,8 @@ class Session:
         self.preemptive = preemptive
         self._lag_samples = int(downstream_lag_ms * LINE_RATE / 1000)
         self._lag_ms = downstream_lag_ms
-        self._heard: dict[int, tuple[float, Heard]] = {}  # turn → (pause end, its transcript)
+        # turn → (pause end, its transcript, a number was still being read out)
+        self._heard: dict[int, tuple[float, Heard, bool]] = {}
         self._agent_said = ""  # the agent's last words: context for a number being read out
         self._pauses: dict[int, list[int]] = {}  # turn → digits read at each long pause in it
         self._tasks: set[asyncio.Task] = set()
@@ -249,8 +250,11 @@ class Session:
         if self._spec.get(turn_id, (None,))[0] == end_ms:  # still the latest pause
             heard = Heard(text, end_ms - onset, tr.no_speech_prob, tr.avg_logprob,
                           level_dbfs(self._segment(onset, end_ms)))
-            self._heard[turn_id] = (end_ms, heard)
             held = self._number_open(text, turn_id)
+            prev = self._heard.get(turn_id)
+            if not held and prev is not None and prev[2] and len(words(text)) < len(words(prev[1].text)):
+                held = True  # more speech, fewer words: the STT dropped the digits; keep holding
+            self._heard[turn_id] = (end_ms, heard, held)
             self._perform(self.taker.transcript_result(turn_id, text_complete(text), held, self.st.now(),
                                                        question=text.endswith("?"),
                                                        noise=noise_verdict(heard, self.policy.sounds)))
@@ -276,7 +280,7 @@ class Session:
         """Speech resumes in a paused turn: after a long pause inside a number, the digits read
         so far close a group (a phone number read 3-3-4 however the STT writes the digits)."""
         t = self.taker
-        end_ms, heard = self._heard.get(t.turn_id, (None, None))
+        end_ms, heard, _ = self._heard.get(t.turn_id, (None, None, False))
         if (t.state in (State.USER_PAUSED, State.THINKING) and end_ms == t.last_voiced_ms
                 and onset_ms - t.last_voiced_ms >= self.policy.numbers.group_pause_ms):
             n = dictated_digits(heard.text)

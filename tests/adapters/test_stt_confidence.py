@@ -21,10 +21,10 @@ BACKCHANNELS = TurnPolicy().backchannels
 
 @pytest.fixture(scope="module")
 def stt():
-    """Whisper as the agent runs it: with the application's vocabulary prompt."""
+    """Whisper as the reference agent runs it: with its vocabulary as the prompt."""
     from rejoinder.adapters.whisper_stt import WhisperSTT
-    from rejoinder.app.assistant import STT_PROMPT
-    return WhisperSTT(initial_prompt=STT_PROMPT)
+    from rejoinder.app.support import agent
+    return WhisperSTT(initial_prompt=agent.stt_prompt())
 
 
 def padded(x: np.ndarray) -> np.ndarray:
@@ -81,9 +81,9 @@ def test_babble_40_db_down_is_rejected_as_noise(stt, turn):
             assert noise_verdict(h, POLICY) is not None, (seconds, start, h)
 
 
-def test_a_recorded_mm_hmm_over_the_reply_resumes_it(stt):
-    """The suite's "mm-hmm" (two hums cut from a real recording of the letter M)."""
-    x = rendered("backchannel_mm_hmm_real.yaml", 1)
+def test_a_recorded_mm_over_the_reply_resumes_it(stt):
+    """The suite's "mm" (a 0.47 s hum cut from a real recording of the letter M)."""
+    x = rendered("backchannel_mm_real.yaml", 1)
     h = heard(stt, x, 520)
     assert overlap_verdict(h, BACKCHANNELS, POLICY) != "barge_in", h
 
