@@ -460,3 +460,18 @@ async def test_a_transcript_that_drops_the_digits_keeps_the_hold():
     res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
     assert [r.turn_id for r in res.turns] == [1]
     assert asked(res) == ["My callback number is 415 862 3079."]
+
+
+async def test_a_reply_dropped_before_it_was_heard_is_no_interruption_and_no_line(tmp_path):
+    clock = VirtualClock()
+    # the model commits after "Telephone number"; the caller goes on reading the number before
+    # the reply is audible: the same turn reopens, its later reply plays to the end
+    stack = make_stack(clock, ["Telephone number", "Telephone number 4158623079."], eot_prob=0.95,
+                       stt_ms=100)
+    pcm = np.concatenate([tone(900), silence(330), tone(1500)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, out_dir=tmp_path,
+                         tail_ms=2000)
+    [rec] = res.turns
+    assert rec.status == "completed" and rec.heard_text == "Order 4217 has shipped and arrives Friday."
+    assert (tmp_path / "transcript.txt").read_text().splitlines() == [
+        "caller: Telephone number 4158623079.", "agent: Order 4217 has shipped and arrives Friday."]

@@ -186,6 +186,8 @@ class Timeline:
                 rec.resumed.append(event.reason)
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
+            if event.interrupted and "playback_start" not in rec.stamps:
+                return  # a reply dropped before the caller heard any of it (the turn reopened)
             rec.heard_text = event.heard_text
             if event.interrupted:
                 rec.status = "interrupted"
@@ -261,7 +263,8 @@ class CallTranscript:
                     line[1] = event.text
                     return
             self._lines.append(["caller", event.text, event.turn_id])
-        elif isinstance(event, AgentSpeech):
+        elif isinstance(event, AgentSpeech) and (event.heard_text or not event.interrupted):
+            # (a reply cut before a word of it was heard — the caller went on — is no line)
             self._lines.append(["agent", event.heard_text + (" [cut]" if event.interrupted else ""),
                                 event.turn_id])
 
