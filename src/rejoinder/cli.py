@@ -90,21 +90,22 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
         _fail(exc)
     print_turns(result, json_out)
     if source.suffix.lower() in (".yaml", ".yml"):
-        print_expectations(sc, result, json_out)
+        print_expectations(sc, result)
     if result.error:
         raise typer.Exit(1)
 
 
-def print_expectations(sc, result, as_json: bool) -> None:
-    """Check the call against its scenario's ``expect:`` blocks, as ``bench`` does (one JSON
-    object ``{"expectations": …}`` with ``--json``)."""
+def print_expectations(sc, result) -> None:
+    """Check the call against its scenario's ``expect:`` blocks, as ``bench`` does: ✓ / ✗ on
+    stderr (stdout keeps one JSON object per turn with ``--json``), and ``expectations.json``
+    (scenario, success, checks, failures, causes) beside the recording."""
     from .harness.expect import evaluate
     caller = result.caller
     v = evaluate(sc, result, caller.truth if caller else [], caller.cues if caller else [])
-    if as_json:
-        print(json.dumps({"expectations": {"scenario": sc.name, "success": v.success,
-                                           "checks": v.checks, "failures": v.failures}}))
-        return
+    if result.out_dir:
+        (result.out_dir / "expectations.json").write_text(json.dumps(
+            {"scenario": sc.name, "success": v.success, "checks": v.checks, "failures": v.failures,
+             "causes": v.causes}, indent=2) + "\n", encoding="utf-8")
     if v.success:
         console.print(f"[green]✓[/] {sc.name}: all {v.checks} expectations met", soft_wrap=True)
     else:

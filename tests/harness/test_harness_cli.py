@@ -105,8 +105,10 @@ def test_call_reports_the_scenario_expectations(tmp_path, fake_agent):
     assert res.exit_code == 0, res.output
     assert "✓ alpha: all 4 expectations met" in res.output
     res = run("call", str(suite / "alpha.yaml"), "--out", str(tmp_path / "out"), "--json")
-    last = json.loads(res.stdout.strip().splitlines()[-1])
-    assert last == {"expectations": {"scenario": "alpha", "success": True, "checks": 4, "failures": []}}
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert [x["turn_id"] for x in lines] == [1, 2]  # stdout: one object per turn, nothing else
+    saved = json.loads((tmp_path / "out" / "expectations.json").read_text())
+    assert saved == {"scenario": "alpha", "success": True, "checks": 4, "failures": [], "causes": []}
     # a budget no reply can meet: reported like bench does
     tight = tone_suite(tmp_path / "tight", names=("gamma",), budget=1)
     res = run("call", str(tight / "gamma.yaml"), "--out", str(tmp_path / "out"))
