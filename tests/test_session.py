@@ -394,6 +394,18 @@ async def test_a_turn_ending_in_a_complete_number_is_not_delayed():
     assert held >= TurnPolicy().digit_hold_ms - 40
 
 
+async def test_digits_read_out_end_the_turn_when_the_number_is_whole_even_if_the_model_hesitates():
+    async def endpointing(text: str) -> float:
+        clock = VirtualClock()
+        stack = make_stack(clock, [text], eot_prob=0.05)  # Smart Turn: list intonation, "not done"
+        res = await run_call([turn(tone(900))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+        rec = res.turns[0]
+        return rec.stamps["eot_decided"] - rec.stamps["user_speech_end"]
+    # the transcript (pause 160 + STT 300 ms) shows a whole order number: no 900 ms timeout
+    assert await endpointing("4, 2, 1, 7.") == pytest.approx(460, abs=30)
+    assert await endpointing("Thank you") == pytest.approx(900, abs=40)
+
+
 async def test_idle_reprompt_then_goodbye_and_a_real_hang_up(tmp_path):
     clock = VirtualClock()
     many = [f" word{i}" for i in range(25)] + ["."]  # a long reply: ≈ 5 s of audio

@@ -246,3 +246,18 @@ def test_vad_tracker_min_speech_ignores_short_bursts():
                             np.zeros(8000, np.float32)])  # a 100 ms burst
     assert "onset" in signals(VadTracker(AmplitudeVAD(), min_speech_ms=64), click)
     assert signals(VadTracker(AmplitudeVAD(), min_speech_ms=200), click) == []
+
+
+def test_a_complete_number_ends_the_turn_whatever_the_model_says():
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(2000, 2160)
+    t.eot_result(1, 0.03, 2210)  # Smart Turn hears digits read out as unfinished
+    assert t.transcript_result(1, True, False, 2500, number_complete=True) == [
+        Commit(1, "model+transcript", 0.03, 2000)]
+    # without terminal punctuation (Whisper still unsure) it waits for the silence timeout
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(2000, 2160)
+    t.eot_result(1, 0.03, 2210)
+    assert t.transcript_result(1, False, False, 2500, number_complete=True) == []

@@ -230,7 +230,7 @@ class TurnTaker:
         self._ends_in_digit = False
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
         self._text_complete = False
-        self._question = False
+        self._decisive = False
         self._noise: str | None = None  # the current pause's transcript is only noise
         self._idle_since: float | None = None  # when the caller's silence started to count
         self._reprompted = False  # a reprompt was said since the caller last took a turn
@@ -276,7 +276,7 @@ class TurnTaker:
         self.last_voiced_ms = last_voiced_ms
         self._eot_prob = None
         self._text_complete = False
-        self._question = False
+        self._decisive = False
         self._ends_in_digit = False
         self._noise = None
         return [Speculate(self.turn_id, last_voiced_ms)]
@@ -289,13 +289,16 @@ class TurnTaker:
         return self._decide(now)
 
     def transcript_result(self, turn_id: int, complete: bool, number_open: bool,
-                          now: float, question: bool = False, noise: str | None = None) -> list[Action]:
+                          now: float, question: bool = False, noise: str | None = None,
+                          number_complete: bool = False) -> list[Action]:
         """The speculative transcript of the current pause is ready: ``complete`` when it reads
         as a finished utterance (terminal punctuation, or a closed phrase such as "thank you");
         ``number_open`` when it ends in a number still being read out (holds the turn, taking
         back a commit whose reply is not audible yet); ``question`` when it ends with a question
-        mark (complete whatever the model says); ``noise`` (a reason) when the turn so far is
-        only noise or a hallucination: if it ends here, it is rejected instead of committed."""
+        mark, ``number_complete`` when it ends in a whole number of an expected format ("order
+        4217.": Smart Turn hears list intonation in digits read out) — with ``complete``, either
+        ends the turn whatever the model says; ``noise`` (a reason) when the turn so far is only
+        noise or a hallucination: if it ends here, it is rejected instead of committed."""
         if turn_id != self.turn_id:
             return []
         if self.state is State.THINKING:  # committed before the transcript came: reconsider
@@ -308,7 +311,7 @@ class TurnTaker:
         if self.state is not State.USER_PAUSED:
             return []
         self._text_complete = complete and not number_open
-        self._question = question
+        self._decisive = question or (number_complete and not number_open)
         self._noise = noise
         if number_open:
             self._ends_in_digit = True
@@ -319,7 +322,7 @@ class TurnTaker:
         if p is not None and not self._ends_in_digit:
             if p >= self.policy.eot_threshold:
                 return self._commit("model", p)
-            if self._text_complete and (p >= self.policy.eot_text_threshold or self._question):
+            if self._text_complete and (p >= self.policy.eot_text_threshold or self._decisive):
                 return self._commit("model+transcript", p)
         return self.tick(now)
 
