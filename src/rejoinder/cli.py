@@ -9,20 +9,23 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from .cliout import console as make_console
+from .cliout import error, plain, table_console
 from .errors import RejoinderError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# rich_markup_mode=None: usage errors print as plain text (rich's error panel hard-wraps them at
+# the terminal width); pretty_exceptions_enable=False: tracebacks are not re-wrapped either.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_enable=False,
                   help="rejoinder: real-time voice agents, measured honestly.")
-console = Console(stderr=True)
+console = make_console(stderr=True)
 BUNDLED_CALL = Path(__file__).parent / "assets" / "calls" / "order_status_real.yaml"
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    error(console, exc)
     raise typer.Exit(2)
 
 
@@ -44,13 +47,13 @@ def print_turns(result, as_json: bool) -> None:
         v2v = f"{s['v2v_ms']:.0f}" if s["v2v_ms"] is not None else f"— ({s['status']})"
         table.add_row(str(r.turn_id), r.transcript, r.heard_text, v2v, segs,
                       str(s["largest_segment"] or ""))
-    Console().print(table)
+    table_console().print(table)
     if result.out_dir:
-        console.print(f"recording: {result.out_dir / 'call.wav'}  (caller left, agent right)\n"
-                      f"timeline:  {result.out_dir / 'timeline.jsonl'}\n"
-                      f"transcript: {result.out_dir / 'transcript.txt'}")
+        console.print(f"recording: {plain(result.out_dir / 'call.wav')}  (caller left, agent right)\n"
+                      f"timeline:  {plain(result.out_dir / 'timeline.jsonl')}\n"
+                      f"transcript: {plain(result.out_dir / 'transcript.txt')}")
     if result.error:
-        console.print(f"[bold red]the call failed midway:[/] {result.error} (recording and timeline kept)")
+        error(console, f"{result.error} (recording and timeline kept)", "the call failed midway")
 
 
 @app.command()
@@ -76,15 +79,15 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
             out.mkdir(parents=True, exist_ok=True)
             with console.status("loading models…"):
                 await runtime.warmup()
-            console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time) "
-                          f"with agent {runtime.agent.name!r}…")
+            console.print(f"calling: {plain(sc.name)} ({len(turns)} caller turns, real time) "
+                          f"with agent {plain(repr(runtime.agent.name))}…")
             res = await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
                                      turn_policy=sc.turn_policy)
             return res, sc
 
         result, sc = asyncio.run(main())
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {out}")
+        console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {plain(out)}")
         raise typer.Exit(130)
     except RejoinderError as exc:
         _fail(exc)
@@ -107,14 +110,13 @@ def print_expectations(sc, result) -> None:
             {"scenario": sc.name, "success": v.success, "checks": v.checks, "failures": v.failures,
              "causes": v.causes}, indent=2) + "\n", encoding="utf-8")
     if v.success:
-        console.print(f"[green]✓[/] {sc.name}: all {v.checks} expectations met", soft_wrap=True)
+        console.print(f"[green]✓[/] {plain(sc.name)}: all {v.checks} expectations met")
     else:
-        console.print(f"[red]✗[/] {sc.name}: {len(v.failures)} of {v.checks} expectations failed",
-                      soft_wrap=True)
-        for f in v.failures:
-            console.print(f"  [red]✗[/] {escape(f)}", soft_wrap=True, highlight=False)
+        console.print(f"[red]✗[/] {plain(sc.name)}: {len(v.failures)} of {v.checks} expectations failed")
+        for f, cause in zip(v.failures, v.causes):
+            console.print(f"  [red]✗[/] {plain(f)} [dim]({plain(cause)})[/]")
     if result.hangup:
-        console.print(f"the agent hung up ({result.hangup})", soft_wrap=True)
+        console.print(f"the agent hung up ({plain(result.hangup)})")
 
 
 @app.command()
@@ -139,17 +141,19 @@ def prepare() -> None:
         models = describe_models(StackConfig())
     except RejoinderError as exc:
         _fail(exc)
-    console.print(f"whisper model ready in {folder}")
+    console.print(f"whisper model ready in {plain(folder)}")
     for stage, info in models.items():
         files = ", ".join(f["path"] for f in info.get("files", [])) or "(no weight file)"
-        console.print(f"  {stage}: {info.get('model')} [{info.get('license')}]  {files}")
+        console.print(plain(f"  {stage}: {info.get('model')} [{info.get('license')}]  {files}"))
 
 
 from .harness.cli import register as _register_harness  # noqa: E402
 from .server.cli import register as _register_server  # noqa: E402
+from .hosting.cli import register as _register_hosting  # noqa: E402
 
 _register_harness(app)
 _register_server(app)
+_register_hosting(app)
 
 
 def main() -> None:  # pragma: no cover
@@ -157,4 +161,4 @@ def main() -> None:  # pragma: no cover
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    sys.exit(app(prog_name="rejoinder"))

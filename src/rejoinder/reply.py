@@ -40,7 +40,7 @@ from .events import ErrorEvent, Recovery, SpeakableText
 from .line import Playout
 from .ports import TTSPort
 from .stages import Stamper, WatchdogTimeout, timed_tts, watch
-from .text import SpeakableChunker, normalize_for_speech
+from .text import SpeakableChunker, SpeechNormalizer
 
 if TYPE_CHECKING:
     from .respond import Say
@@ -181,10 +181,11 @@ class Reply:
 
     # --- audio ------------------------------------------------------------------------------
     async def _synthesize(self, queue: asyncio.Queue[tuple[str, str] | None]) -> None:
+        norm = SpeechNormalizer()  # each chunk is read with the reply's earlier text as context
         while (entry := await queue.get()) is not None:
             text, source = entry
             self.full_text += text
-            spoken = normalize_for_speech(text)
+            spoken = norm.feed(text)
             if not spoken.strip():
                 continue
             self.st.emit(SpeakableText(text, spoken, self._index, self.st.now(), self.st.call_id,

@@ -33,7 +33,7 @@ from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply
 from .respond import Draft, Say
 from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
-from .stages import Stamper
+from .stages import Stamper, timed_stt
 from .tools import CallContext
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
                     Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
@@ -241,7 +241,8 @@ class Session:
     async def _transcribe(self, turn_id: int, end_ms: float) -> str:
         onset = self._onset.get(turn_id, 0.0)
         tr = Transcript("", True)
-        async for tr in self.stack.stt.stream(self._turn_audio(onset - PREROLL_MS, end_ms + TAIL_MS)):
+        async for tr in timed_stt(self.st, turn_id, self.stack.stt,
+                                  self._turn_audio(onset - PREROLL_MS, end_ms + TAIL_MS)):
             if not tr.final:
                 self._interim[turn_id] = tr.text.strip()
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,

@@ -14,39 +14,37 @@ from typing import Any, Optional
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..cliout import console, error, plain, table_console
 from ..errors import RejoinderError
 
-err = Console(stderr=True)
-out = Console()
-if not out.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    out = Console(width=132)
+err = console(stderr=True)
+out = table_console()  # tables fit the terminal; piped or captured: 132 columns, not 80
 
 STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
-                         help="run store file (default: runs.sqlite in the user data directory)")
+                         help="run store: a SQLite file, or postgresql://user:password@host:5432/dbname "
+                         "(default: runs.sqlite in the user data directory)")
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False, markup=True)
+    error(err, exc)
     raise typer.Exit(2)
 
 
-def _open(store: Optional[Path], *, must_exist: bool = False):
+def _open(store: Optional[str], *, must_exist: bool = False):
     """The run store; ``must_exist`` for read-only commands, so a mistyped path is an error
     instead of a new empty store."""
-    from .store import RunStore, StoreError, default_store_path
-    path = store if store is not None else default_store_path()
-    if must_exist and not Path(path).exists():
-        raise StoreError(f"no run store at {path}; run `rejoinder bench` first or pass the right --store")
-    return RunStore(store)
+    from .store import open_store
+    return open_store(store, create=not must_exist)
 
 
-def _store_flag(store: Optional[Path]) -> str:
-    return f" --store {store}" if store is not None else ""
+def _store_flag(store: Optional[str]) -> str:
+    if store is None:
+        return ""
+    from .store.postgres import redact
+    return f" --store {redact(store)}"
 
 
 def _levels(text: str) -> list[int]:
@@ -144,14 +142,15 @@ def print_outcomes(summary: dict[str, Any]) -> None:
             why = (ts.get("failures") or [""])[0]
             ok = f"{ts['ok']}/{ts['n']}"
             causes = ", ".join(f"{c} ×{n}" for c, n in ((lv.get("failure_causes") or {}).get(name) or {}).items())
-            t.add_row(escape(name), str(lv["concurrency"]), ok if ts["ok"] == ts["n"] else f"[red]{ok}[/]",
-                      escape(causes), escape(why))
+            t.add_row(plain(name), str(lv["concurrency"]), ok if ts["ok"] == ts["n"] else f"[red]{ok}[/]",
+                      plain(causes), plain(why))
     out.print(t)
 
 
 def register(app: typer.Typer) -> None:
     """Add the harness commands to ``app``."""
-    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True)
+    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True,
+                       rich_markup_mode=None)
     app.add_typer(runs, name="runs")
 
     @app.command()
@@ -165,13 +164,18 @@ def register(app: typer.Typer) -> None:
               config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
-              hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
-              network: Optional[str] = typer.Option(None, help="network-profile label"),
+              hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
+                                                    "in-process, servers, managed-tts"),
+              network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
+                                                    "comma-separated: loopback, same-zone, cross-zone, regional, "
+                                                    "cross-region, regional-lossy"),
+              failures: bool = typer.Option(False, "--failures", help="with --hosting: also run each "
+                                            "arrangement with the TTS stream dying mid-sentence"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
               faults: Optional[str] = typer.Option(None, help="inject faults into every call: a spec "
                                                    "like 'tts:drop@1%0.3,llm:stall=2500@3' or 'default'"),
               fault_seed: int = typer.Option(0, help="seed of the fault injection"),
-              store: Optional[Path] = STORE_OPT,
+              store: Optional[str] = STORE_OPT,
               artifacts: Optional[Path] = typer.Option(None, help="per-call timelines/transcripts folder "
                                                        "(default: beside the store)"),
               keep_audio: bool = typer.Option(False, help="keep each call's stereo recording"),
@@ -191,10 +195,6 @@ def register(app: typer.Typer) -> None:
             from ..runtime import Runtime
             label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
             cfg = load_config(config, agent=agent, tts=tts, llm=llm)
-            if hosting:
-                cfg.hosting = hosting
-            if network:
-                cfg.network = network
             if faults:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)
@@ -206,6 +206,16 @@ def register(app: typer.Typer) -> None:
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
+        if hosting or network:  # the hosting comparison: one stored run per arrangement × profile
+            from .bench import BenchOptions as _Opts
+            from .hosting_cli import run_hosting
+            raise typer.Exit(run_hosting(
+                hosting=[h for h in (hosting or "servers").replace(" ", "").split(",") if h],
+                networks=[n for n in (network or "loopback").replace(" ", "").split(",") if n],
+                failures=failures, cfg=cfg, scenarios=scs, store=st, suite=label, err=err, out=out,
+                json_out=json_out, command=" ".join(["rejoinder"] + sys.argv[1:]),
+                opts=_Opts(levels=levels, repeat=repeat, hashes=hashes, call_timeout_s=call_timeout,
+                           artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio)))
         conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
                                  agent=runtime.agent)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
@@ -213,7 +223,7 @@ def register(app: typer.Typer) -> None:
             st.add_note(run_id, note)
         total = sum(levels) * len(scs) * repeat
         err.print(f"run [bold]{run_id}[/] · {len(scs)} scenario(s) × levels {levels} × {repeat} → {total} calls "
-                  f"· store {st.path}")
+                  f"· store {plain(st.where)}")
         failed = 0
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err) as progress:
@@ -226,7 +236,7 @@ def register(app: typer.Typer) -> None:
                                 f"{failed} failed task(s)")
 
             opts = BenchOptions(levels=levels, repeat=repeat, hashes=hashes, on_call=on_call,
-                                artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
+                                artifacts=artifacts or st.artifacts_root, keep_audio=keep_audio,
                                 call_timeout_s=call_timeout)
             try:
                 status = asyncio.run(run_bench(runtime, scs, st, run_id, opts))
@@ -238,16 +248,16 @@ def register(app: typer.Typer) -> None:
         summary = run_summary(st, run_id)
         if report:
             from .report import write_report
-            err.print(f"report: {write_report(st, run_id, report)}")
+            err.print(f"report: {plain(write_report(st, run_id, report))}")
         if json_out:
             print(json.dumps(summary, indent=2, default=str))
         else:
             print_summary(summary)
-        err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder report {run_id}{_store_flag(store)}` "
-                  "for the plots")
+        err.print(f"stored as run [bold]{run_id}[/] ({status}); "
+                  f"`rejoinder report {run_id}{plain(_store_flag(store))}` for the plots")
 
     @runs.command("list")
-    def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[Path] = STORE_OPT,
+    def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[str] = STORE_OPT,
                   json_out: bool = typer.Option(False, "--json")) -> None:
         """The newest runs: status, suite, levels, calls and task success."""
         try:
@@ -271,7 +281,7 @@ def register(app: typer.Typer) -> None:
 
     @runs.command("show")
     def runs_show(run: str = typer.Argument("last", help="run id, unique prefix, or last / last~N"),
-                  store: Optional[Path] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+                  store: Optional[str] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
         """A run's summary per level, its notes and its failed checks."""
         from .summary import run_summary
         try:
@@ -285,20 +295,20 @@ def register(app: typer.Typer) -> None:
         c = info["conditions"]
         code = c.get("code", {})
         out.print(f"[bold]{info['id']}[/] {info['status']} · {info['started_at']} → {info.get('ended_at')}\n"
-                  f"command: {escape(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
+                  f"command: {plain(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
                   f"rejoinder {code.get('rejoinder')} · hosting {c.get('hosting')} · network {c.get('network')}\n"
                   f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
                   f" · stack: {_stack_names((c.get('config') or {}).get('stack') or {})}")
         print_summary(summary)
         for n in info["notes"]:
-            out.print(f"note {n['at'][:19]}: {escape(n['text'])}")
+            out.print(f"note {n['at'][:19]}: {plain(n['text'])}")
         for call in st.calls(info["id"]):
             for f in call["failures"]:
-                out.print(f"[red]✗[/] {call['concurrency']} at once · {escape(call['scenario'])}: {escape(f)}")
+                out.print(f"[red]✗[/] {call['concurrency']} at once · {plain(call['scenario'])}: {plain(f)}")
 
     @runs.command("search")
     def runs_search(text: str = typer.Argument(..., help='words (all required), or FTS5 syntax: "a phrase", OR, prefix*'),
-                    store: Optional[Path] = STORE_OPT, limit: int = typer.Option(30),
+                    store: Optional[str] = STORE_OPT, limit: int = typer.Option(30),
                     json_out: bool = typer.Option(False, "--json")) -> None:
         """Full-text search over transcripts, failure reasons, notes and run conditions."""
         try:
@@ -308,7 +318,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print(json.dumps(hits, indent=2))
             return
-        t = Table(title=f"search: {text}")
+        t = Table(title=f"search: {plain(text)}")
         for h in ("run", "call", "kind", "match"):
             t.add_column(h, overflow="fold")
         for h in hits:
@@ -317,20 +327,20 @@ def register(app: typer.Typer) -> None:
 
     @runs.command("note")
     def runs_note(run: str = typer.Argument(...), text: str = typer.Argument(...),
-                  store: Optional[Path] = STORE_OPT) -> None:
+                  store: Optional[str] = STORE_OPT) -> None:
         """Attach a free-text note to a run (searchable)."""
         try:
             st = _open(store, must_exist=True)
             st.add_note(run, text)
         except RejoinderError as exc:
             _fail(exc)
-        err.print(f"noted on {st.resolve(run)}")
+        err.print(f"noted on {plain(st.resolve(run))}")
 
     @runs.command("compare")
     def runs_compare(a: str = typer.Argument(..., help="run A (baseline)"), b: str = typer.Argument(..., help="run B"),
                      concurrency: Optional[int] = typer.Option(None, help="only this level"),
                      min_ms: float = typer.Option(10.0, help="smallest difference worth calling real"),
-                     store: Optional[Path] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+                     store: Optional[str] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
         """Every boundary side by side: medians, Δ (B − A), bootstrap 95 % CI, and which are real."""
         from .compare import compare_runs
         try:
@@ -344,7 +354,7 @@ def register(app: typer.Typer) -> None:
             out.print("[bold]conditions that differ[/] (A → B):")
             for d in res["conditions_differ"][:25]:
                 va, vb = (json.dumps(d[k], default=str)[:80] for k in ("a", "b"))
-                out.print(f"  {d['key']}: {va} → {vb}")
+                out.print(plain(f"  {d['key']}: {va} → {vb}"))
         for lv in res["levels"]:
             t = Table(title=f"{res['a']} (A) vs {res['b']} (B) · {lv['concurrency']} call(s) at once · ms")
             for h in ("boundary", "median A", "median B", "Δ B−A", "95% CI", "n A/B", "verdict", "waits on"):
@@ -359,10 +369,47 @@ def register(app: typer.Typer) -> None:
             out.print("real differences: " + (", ".join(lv["real"]) or "none")
                       + f"  (family-wise 95 % CI excludes 0 and |Δ| ≥ {res['min_ms']:.0f} ms)")
 
+    @runs.command("export")
+    def runs_export(refs: Optional[list[str]] = typer.Argument(None, help="runs to export (ids, prefixes, "
+                                                               "last, last~N); default: every run"),
+                    out_path: Path = typer.Option(Path("-"), "--out", help="file to write (- = stdout)"),
+                    store: Optional[str] = STORE_OPT) -> None:
+        """Write runs (with their calls, turns, levels and notes) to a JSON Lines file."""
+        from .store.transfer import export_runs
+        try:
+            st = _open(store, must_exist=True)
+            if str(out_path) == "-":
+                n, calls = export_runs(st, refs or [], sys.stdout)
+            else:
+                with open(out_path, "w", encoding="utf-8") as fh:
+                    n, calls = export_runs(st, refs or [], fh)
+        except (RejoinderError, OSError) as exc:
+            _fail(exc)
+        err.print(f"exported {n} run(s), {calls} call(s) from {st.where}"
+                  + ("" if str(out_path) == "-" else f" to {out_path}"), soft_wrap=True, highlight=False)
+
+    @runs.command("import")
+    def runs_import(source: Path = typer.Argument(..., help="a file written by `runs export` (- = stdin)"),
+                    store: Optional[str] = STORE_OPT) -> None:
+        """Add the runs of an export file to this store (runs it already has are skipped)."""
+        from .store.transfer import import_runs
+        try:
+            st = _open(store)
+            if str(source) == "-":
+                done, skipped = import_runs(st, sys.stdin)
+            else:
+                with open(source, encoding="utf-8") as fh:
+                    done, skipped = import_runs(st, fh)
+        except (RejoinderError, OSError) as exc:
+            _fail(exc)
+        err.print(f"imported {len(done)} run(s) into {st.where}"
+                  + (f"; skipped {len(skipped)} already there: {', '.join(skipped)}" if skipped else ""),
+                  soft_wrap=True, highlight=False)
+
     @app.command()
     def report(run: str = typer.Argument("last", help="run id, unique prefix, or last"),
                out_path: Optional[Path] = typer.Option(None, "--out", help="HTML file to write"),
-               store: Optional[Path] = STORE_OPT) -> None:
+               store: Optional[str] = STORE_OPT) -> None:
         """Write one self-contained HTML report (plots + conditions) and print the summary table."""
         from .report import write_report
         from .summary import run_summary
@@ -372,7 +419,7 @@ def register(app: typer.Typer) -> None:
             print_summary(run_summary(st, run))
         except RejoinderError as exc:
             _fail(exc)
-        err.print(f"report: {path.resolve()}")
+        err.print(f"report: {plain(path.resolve())}")
 
     @app.command("scenarios")
     def scenarios_cmd(suite: Optional[str] = typer.Argument(None, help="suite name, folder or file")) -> None:
@@ -382,7 +429,7 @@ def register(app: typer.Typer) -> None:
             label, scs = load_suite(suite)
         except RejoinderError as exc:
             _fail(exc)
-        t = Table(title=f"suite {label}")
+        t = Table(title=f"suite {plain(label)}")
         for h in ("scenario", "turns", "tags", "description"):
             t.add_column(h, overflow="fold")
         for sc in scs:
