@@ -283,13 +283,19 @@ def asked(res) -> list[str]:
     return [m.content for m in res.context if m.role == "user"]
 
 
-async def test_mm_hmm_heard_as_a_nonsense_token_resumes_the_reply():
+async def sound_over_reply(heard_as: Transcript, ms: float):
+    """A request, then a ``ms`` sound 1.5 s into the long reply that the STT hears as ``heard_as``."""
     clock = VirtualClock()
-    # Whisper base heard a recorded "mm-hmm" as "Ememson", avg log-prob -1.49 (bench/sounds.py)
-    stack = make_stack(clock, ["Check order 4217.", Transcript("Ememson", True, no_speech_prob=0.11,
-                                                                avg_logprob=-1.49)], tokens=LONG)
-    res = await run_call([turn(tone(600)), turn(tone(450), barge_in_ms=1500)], stack,
+    stack = make_stack(clock, ["Check order 4217.", heard_as], tokens=LONG)
+    res = await run_call([turn(tone(600)), turn(tone(ms), barge_in_ms=1500)], stack,
                          scripted_agent(), clock=clock, tail_ms=1500)
+    return res, stack
+
+
+async def test_mm_hmm_heard_as_a_nonsense_token_resumes_the_reply():
+    # Whisper base heard a recorded "mm-hmm" as "Ememson", avg log-prob -1.49 (bench/sounds.py)
+    res, stack = await sound_over_reply(Transcript("Ememson", True, no_speech_prob=0.11,
+                                                   avg_logprob=-1.49), 450)
     assert [r.turn_id for r in res.turns] == [1]
     assert res.turns[0].status == "completed" and res.turns[0].resumed == ["unclear"]
     assert len(stack.llm.requests) == 1
@@ -298,18 +304,10 @@ async def test_mm_hmm_heard_as_a_nonsense_token_resumes_the_reply():
 
 async def test_a_short_speech_like_noise_resumes_but_a_short_confident_word_still_barges_in():
     # a 0.3 s fragment of a real word, heard confidently as "Order.": too short to be a turn
-    clock = VirtualClock()
-    stack = make_stack(clock, ["Check order 4217.", Transcript("Order.", True, no_speech_prob=0.1,
-                                                                avg_logprob=-0.36)], tokens=LONG)
-    res = await run_call([turn(tone(600)), turn(tone(300), barge_in_ms=1500)], stack,
-                         scripted_agent(), clock=clock, tail_ms=1500)
+    res, _ = await sound_over_reply(Transcript("Order.", True, no_speech_prob=0.1, avg_logprob=-0.36), 300)
     assert [r.turn_id for r in res.turns] == [1] and res.turns[0].resumed == ["unclear"]
     # the same length but "Thursday." said for 600 ms is meant: barge-in
-    clock = VirtualClock()
-    stack = make_stack(clock, ["Check order 4217.", Transcript("Thursday.", True, no_speech_prob=0.05,
-                                                                avg_logprob=-0.3)], tokens=LONG)
-    res = await run_call([turn(tone(600)), turn(tone(600), barge_in_ms=1500)], stack,
-                         scripted_agent(), clock=clock, tail_ms=1500)
+    res, _ = await sound_over_reply(Transcript("Thursday.", True, no_speech_prob=0.05, avg_logprob=-0.3), 600)
     assert [r.turn_id for r in res.turns] == [1, 2] and res.turns[0].status == "interrupted"
 
 
