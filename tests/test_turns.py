@@ -261,3 +261,23 @@ def test_a_complete_number_ends_the_turn_whatever_the_model_says():
     t.speech_pause(2000, 2160)
     t.eot_result(1, 0.03, 2210)
     assert t.transcript_result(1, False, False, 2500, number_complete=True) == []
+
+
+def test_vad_state_is_reset_once_per_long_silence():
+    class Counting(AmplitudeVAD):
+        resets = 0
+
+        def reset(self) -> None:
+            Counting.resets += 1
+
+    def run(reset_after_ms):
+        Counting.resets = 0
+        tr = VadTracker(Counting(), reset_after_ms=reset_after_ms)
+        sound = np.concatenate([0.5 * np.ones(16000, np.float32), np.zeros(40000, np.float32),
+                                0.5 * np.ones(8000, np.float32), np.zeros(8000, np.float32)])
+        kinds = []
+        for i in range(0, len(sound), 320):
+            kinds += [s.kind for s in tr.push(sound[i:i + 320], i / 16)]
+        return Counting.resets, kinds.count("onset")
+    assert run(1000) == (1, 2)   # 2.5 s of silence: one reset; 0.5 s after the last word: none
+    assert run(None) == (0, 2)

@@ -109,7 +109,8 @@ class Session:
         self.taker = TurnTaker(self.policy)
         p = self.policy
         self.tracker = VadTracker(stack.vad, threshold=p.vad_threshold, neg_threshold=p.vad_neg_threshold,
-                                  min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms)
+                                  min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms,
+                                  reset_after_ms=p.vad_reset_ms)
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)

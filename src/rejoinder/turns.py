@@ -87,6 +87,8 @@ class TurnPolicy(BaseModel):
                                      "window is silence (hysteresis; ≤ vad_threshold)")
     min_speech_ms: float = Field(64, ge=0, description="voiced time before a VAD onset counts "
                                  "(shorter clicks and bursts are ignored)")
+    vad_reset_ms: float | None = Field(1000, gt=0, description="silence after which the VAD "
+                                       "model's state is reset (None: never; rejoinder.vad)")
     pause_ms: float = Field(160, ge=0, description="VAD silence that counts as a pause")
     eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
     eot_text_threshold: float = Field(0.12, ge=0, le=1, description="lower probability that commits "

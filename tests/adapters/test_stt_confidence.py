@@ -126,3 +126,29 @@ async def test_a_cancelled_request_does_not_queue_behind_the_model(stt, asterisk
     finally:
         stt._transcribe_short = inner
     assert calls == []
+
+
+def test_the_first_word_after_babble_is_heard_at_once(silero_vad):
+    """Silero's state after the suite's babble damps the next word (the order number read 2.5 s
+    later): the tracker resets the state after 1 s of silence, so the word's onset is found
+    within a window or two of where it starts, and peaks as high as on a fresh state."""
+    from rejoinder.vad import VadTracker
+    babble, digits = rendered("background_babble.yaml", 0), rendered("background_babble.yaml", 1)
+    word = digits[:int(0.9 * 16000)]
+
+    def peak(after: np.ndarray, reset: bool) -> float:
+        silero_vad.reset()
+        for k in range(0, len(after) // 512 * 512, 512):
+            silero_vad.speech_prob(after[k:k + 512])
+            if reset and k == len(after) // 512 * 512 - 16384:  # 1 s before the end
+                silero_vad.reset()
+        return max(silero_vad.speech_prob(word[k:k + 512]) for k in range(0, len(word) - 511, 512))
+    fresh, damped, reset = peak(np.zeros(512, np.float32), False), peak(babble, False), peak(babble, True)
+    assert damped < fresh - 0.15 and abs(reset - fresh) < 0.1, (fresh, damped, reset)
+    silero_vad.reset()
+    tracker = VadTracker(silero_vad)
+    audio = np.concatenate([babble, digits])
+    onsets = [s.at_ms for i in range(0, len(audio) - 319, 320)
+              for s in tracker.push(audio[i:i + 320], i / 16) if s.kind == "onset"]
+    first_digit = 1000.0 * len(babble) / 16000 + 158  # the prompt's own lead-in silence
+    assert any(abs(t - first_digit) <= 100 for t in onsets), (first_digit, onsets)
