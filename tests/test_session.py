@@ -330,7 +330,7 @@ async def test_a_hallucinated_word_on_babble_gets_no_reply_and_is_recorded(tmp_p
     events = [json.loads(x) for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
     assert any(e["type"] == "TurnDecision" and e["reason"] == "rejected_noise" and e["turn_id"] == 1
                for e in events)
-    assert all(m.content != "The" for r in stack.llm.requests for m in r.messages)
+    assert all(m.content != "The" for r in stack.llm.requests for m in r.messages)  # no draft either
 
 
 async def test_a_number_read_three_three_four_with_one_second_pauses_is_one_turn(tmp_path):
@@ -485,3 +485,14 @@ async def test_a_reply_dropped_before_it_was_heard_is_no_interruption_and_no_lin
     assert rec.status == "completed" and rec.heard_text == "Order 4217 has shipped and arrives Friday."
     assert (tmp_path / "transcript.txt").read_text().splitlines() == [
         "caller: Telephone number 4158623079.", "agent: Order 4217 has shipped and arrives Friday."]
+
+
+async def test_no_preemptive_draft_is_started_on_noise():
+    clock = VirtualClock()
+    # Smart Turn unsure: the transcript comes while the turn is still open, when a draft would
+    # start — not on a hallucination
+    babble = Transcript("The", True, no_speech_prob=0.33, avg_logprob=-2.87)
+    stack = make_stack(clock, [babble], eot_prob=0.05)
+    res = await run_call([turn(tone(1200))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+    assert [r.status for r in res.turns] == ["rejected_noise"]
+    assert stack.llm.requests == []

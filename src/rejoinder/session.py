@@ -257,12 +257,12 @@ class Session:
             if not held and prev is not None and prev[2] and len(words(text)) < len(words(prev[1].text)):
                 held = True  # more speech, fewer words: the STT dropped the digits; keep holding
             self._heard[turn_id] = (end_ms, heard, held)
+            noise = noise_verdict(heard, self.policy.sounds)
             self._perform(self.taker.transcript_result(
                 turn_id, text_complete(text), held, self.st.now(), question=text.endswith("?"),
-                noise=noise_verdict(heard, self.policy.sounds),
-                number_complete=not held and dictated_digits(text) >= 3))
+                noise=noise, number_complete=not held and dictated_digits(text) >= 3))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.preemptive and text and not held):
+                    and self.preemptive and text and not held and noise is None):  # no draft for noise
                 self._start_draft(turn_id, text, tentative=True)
         return text
 
