@@ -45,10 +45,11 @@ class ScriptedTurn:
 
 @dataclass
 class ScriptedSTT:
-    """Returns texts[k] for the k-th request (last one repeated) after ``delay_ms``."""
+    """Returns texts[k] for the k-th request (last one repeated) after ``delay_ms``; an entry may
+    be a :class:`Transcript` to script the recogniser's confidence too."""
 
     clock: VirtualClock
-    texts: list[str]
+    texts: list[str | Transcript]
     delay_ms: float = 300.0
     sample_rate: int = 16000
     requests: list[float] = field(default_factory=list)  # seconds of audio per request
@@ -60,7 +61,7 @@ class ScriptedSTT:
         self.requests.append(n / self.sample_rate)
         text = self.texts[min(len(self.requests) - 1, len(self.texts) - 1)]
         await self.clock.sleep_until(self.clock.now_ms() + self.delay_ms)
-        yield Transcript(text, True)
+        yield text if isinstance(text, Transcript) else Transcript(text, True)
 
 
 @dataclass

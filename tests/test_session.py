@@ -268,3 +268,231 @@ async def test_caller_talking_over_the_greeting_cuts_it():
     greeting = [text for t, text in res.heard_log if t == 0][0]
     assert 0 < len(greeting.split()) < 10  # cut: only what was heard is in the context
     assert res.turns[0].v2v_ms() is not None
+
+
+# --- caller realism (issue 12): sounds over the reply, noise turns, idle, numbers read out -------
+from fakes import ToolLog  # noqa: E402
+from rejoinder.ports import Transcript  # noqa: E402
+from rejoinder.turns import IdlePolicy, TurnPolicy  # noqa: E402
+
+LONG = ["Order 4217 has shipped,"] + [f" word{i}" for i in range(20)] + ["."]
+
+
+def asked(res) -> list[str]:
+    """The caller's turns that entered the conversation (each got a reply)."""
+    return [m.content for m in res.context if m.role == "user"]
+
+
+async def sound_over_reply(heard_as: Transcript, ms: float):
+    """A request, then a ``ms`` sound 1.5 s into the long reply that the STT hears as ``heard_as``."""
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Check order 4217.", heard_as], tokens=LONG)
+    res = await run_call([turn(tone(600)), turn(tone(ms), barge_in_ms=1500)], stack,
+                         scripted_agent(), clock=clock, tail_ms=1500)
+    return res, stack
+
+
+async def test_mm_hmm_heard_as_a_nonsense_token_resumes_the_reply():
+    # Whisper base heard a recorded "mm-hmm" as "Ememson", avg log-prob -1.49 (bench/sounds.py)
+    res, stack = await sound_over_reply(Transcript("Ememson", True, no_speech_prob=0.11,
+                                                   avg_logprob=-1.49), 450)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert res.turns[0].status == "completed" and res.turns[0].resumed == ["unclear"]
+    assert len(stack.llm.requests) == 1
+    assert heard(res) == ["".join(LONG)]  # resumed where it paused: nothing lost, nothing replayed
+
+
+async def test_a_short_speech_like_noise_resumes_but_a_short_confident_word_still_barges_in():
+    # a 0.3 s fragment of a real word, heard confidently as "Order.": too short to be a turn
+    res, _ = await sound_over_reply(Transcript("Order.", True, no_speech_prob=0.1, avg_logprob=-0.36), 300)
+    assert [r.turn_id for r in res.turns] == [1] and res.turns[0].resumed == ["unclear"]
+    # the same length but "Thursday." said for 600 ms is meant: barge-in
+    res, _ = await sound_over_reply(Transcript("Thursday.", True, no_speech_prob=0.05, avg_logprob=-0.3), 600)
+    assert [r.turn_id for r in res.turns] == [1, 2] and res.turns[0].status == "interrupted"
+
+
+async def test_a_hallucinated_word_on_babble_gets_no_reply_and_is_recorded(tmp_path):
+    import json
+    clock = VirtualClock()
+    # babble 40 dB below full scale: Whisper base wrote "The" at avg log-prob -2.87
+    babble = Transcript("The", True, no_speech_prob=0.33, avg_logprob=-2.87)
+    stack = make_stack(clock, [babble, "Check order 4217."], calls=lookup())
+    log = ToolLog()
+    res = await run_call([turn(tone(1200)), turn(tone(700), at_ms=4000)], stack, scripted_agent(log),
+                         clock=clock, out_dir=tmp_path, tail_ms=1500)
+    first, second = res.turns
+    assert first.status == "rejected_noise" and "playback_start" not in first.stamps
+    assert first.rejected["why"] == "low_confidence" and first.rejected["text"] == "The"
+    assert first.rejected["avg_logprob"] == pytest.approx(-2.87)
+    assert asked(res) == ["Check order 4217."] and log.executed == ["Check order 4217."]
+    assert second.v2v_ms() is not None
+    assert (tmp_path / "transcript.txt").read_text().splitlines()[0] == "caller: Check order 4217."
+    events = [json.loads(x) for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    assert any(e["type"] == "TurnDecision" and e["reason"] == "rejected_noise" and e["turn_id"] == 1
+               for e in events)
+    assert all(m.content != "The" for r in stack.llm.requests for m in r.messages)  # no draft either
+
+
+async def test_a_number_read_three_three_four_with_one_second_pauses_is_one_turn(tmp_path):
+    clock = VirtualClock()
+    # the end-of-turn model calls every pause "complete"; the transcript shows the number
+    stack = make_stack(clock, ["4 1 5", "4 1 5 5 5 5", "4 1 5 5 5 5 0 1 0 1."], eot_prob=0.95,
+                       calls=lookup())
+    log = ToolLog()
+    pcm = np.concatenate([tone(900), silence(1000), tone(900), silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(log), clock=clock, out_dir=tmp_path,
+                         tail_ms=2000)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert asked(res) == ["4 1 5 5 5 5 0 1 0 1."]
+    assert log.compensated == log.executed[:-1] and log.executed[-1] == "4 1 5 5 5 5 0 1 0 1."
+    # the transcript shows the held turn once, as finally heard
+    lines = (tmp_path / "transcript.txt").read_text().splitlines()
+    assert [x for x in lines if x.startswith("caller:")] == ["caller: 4 1 5 5 5 5 0 1 0 1."]
+    # the complete number ends the turn at the model's pace (pause 160 ms + model 50 ms), not
+    # after the digit hold (1.4 s) or the silence timeout (0.9 s)
+    rec = res.turns[0]
+    assert rec.stamps["eot_decided"] - rec.stamps["user_speech_end"] < 400
+
+
+async def test_a_number_still_holds_when_the_stt_is_slower_than_the_pauses():
+    clock = VirtualClock()
+    # each transcript arrives 1.1 s after its pause, later than the 0.9 s silence timeout: the
+    # commit it comes after is taken back (the reply waits for the transcript, so it is silent)
+    stack = make_stack(clock, ["4 1 5", "4 1 5 5 5 5", "4 1 5 5 5 5 0 1 0 1."], eot_prob=0.95,
+                       stt_ms=1100)
+    pcm = np.concatenate([tone(900), silence(1000), tone(900), silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=3000)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert asked(res) == ["4 1 5 5 5 5 0 1 0 1."]
+
+
+async def test_digits_written_one_by_one_hold_at_a_group_that_looks_complete():
+    clock = VirtualClock()
+    # "1 800 555 0101": at the 2nd pause Whisper wrote four digits, a complete order number by
+    # count — the caller's 1 s pause after "1" shows the grouping 1-3, so the turn is held
+    stack = make_stack(clock, ["1", "1, 8, 0, 0", "1, 8, 0, 0, 5, 5, 5",
+                               "1, 8, 0, 0, 5, 5, 5, 0, 1, 0, 1."], eot_prob=0.95)
+    pcm = np.concatenate([tone(400), silence(1000), tone(900), silence(1000), tone(900),
+                          silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert asked(res) == ["1, 8, 0, 0, 5, 5, 5, 0, 1, 0, 1."]
+
+
+async def test_a_turn_ending_in_a_complete_number_is_not_delayed():
+    async def endpointing(text: str) -> float:
+        clock = VirtualClock()
+        stack = make_stack(clock, [text], eot_prob=0.95)
+        res = await run_call([turn(tone(900))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+        rec = res.turns[0]
+        return rec.stamps["eot_decided"] - rec.stamps["user_speech_end"]
+    complete, plain, held = (await endpointing("Order 4217."), await endpointing("Hello there."),
+                             await endpointing("Order 42"))
+    assert complete == plain < 400
+    assert held >= TurnPolicy().digit_hold_ms - 40
+
+
+async def test_digits_read_out_end_the_turn_when_the_number_is_whole_even_if_the_model_hesitates():
+    async def endpointing(text: str) -> float:
+        clock = VirtualClock()
+        stack = make_stack(clock, [text], eot_prob=0.05)  # Smart Turn: list intonation, "not done"
+        res = await run_call([turn(tone(900))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+        rec = res.turns[0]
+        return rec.stamps["eot_decided"] - rec.stamps["user_speech_end"]
+    # the transcript (pause 160 + STT 300 ms) shows a whole order number: no 900 ms timeout
+    assert await endpointing("4, 2, 1, 7.") == pytest.approx(460, abs=30)
+    assert await endpointing("Thank you") == pytest.approx(900, abs=40)
+
+
+async def test_idle_reprompt_then_goodbye_and_a_real_hang_up(tmp_path):
+    clock = VirtualClock()
+    many = [f" word{i}" for i in range(25)] + ["."]  # a long reply: ≈ 5 s of audio
+    stack = make_stack(clock, ["Check order 4217."], tokens=many)
+    policy = TurnPolicy(idle=IdlePolicy(reprompt_ms=3000, hangup_ms=2000))
+    dead_air = turn(silence(30000), after_agent_ms=0)
+    res = await run_call([turn(tone(600)), dead_air], stack, scripted_agent(), clock=clock,
+                         policy=policy, out_dir=tmp_path, tail_ms=1000)
+    answer, reprompt, goodbye = res.turns
+    assert reprompt.initiated == goodbye.initiated == "idle_prompt"
+    said = " ".join(stack.tts.texts)
+    assert said.endswith("Are you still there? I haven't heard anything, so I'll end the call now. Goodbye!")
+    assert len(stack.llm.requests) == 1  # the runtime's own words, not the LLM's
+    # the timer starts when the long reply has finished playing at the caller
+    gap = reprompt.stamps["playback_start"] - answer.stamps["playback_end"]
+    assert 3000 <= gap <= 3000 + 200
+    gap2 = goodbye.stamps["playback_start"] - reprompt.stamps["playback_end"]
+    assert 2000 <= gap2 <= 2000 + 200
+    # a real hang-up: the call ends once the goodbye has played, long before the caller's 30 s
+    assert res.hangup == "no_input"
+    assert goodbye.stamps["playback_end"] <= res.duration_ms <= goodbye.stamps["playback_end"] + 40
+    assert heard(res)[-2:] == ["Are you still there?",
+                               "I haven't heard anything, so I'll end the call now. Goodbye!"]
+    assert res.turn_taking_metrics() == {"resumed": {}, "rejected_noise": 0, "idle_prompts": 2,
+                                         "hangup": "no_input"}
+
+
+async def test_answering_the_reprompt_keeps_the_call_going():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Check order 4217."])
+    policy = TurnPolicy(idle=IdlePolicy(reprompt_ms=2000, hangup_ms=4000))
+    # silent for 2.5 s after each agent audio: the reprompt comes at 2 s, the answer 2.5 s later
+    res = await run_call([turn(tone(600)), turn(tone(600), after_agent_ms=2500),
+                          turn(tone(600), after_agent_ms=500)], stack, scripted_agent(), clock=clock,
+                         policy=policy, tail_ms=1000)
+    assert res.hangup is None
+    assert [r.initiated for r in res.turns] == [None, "idle_prompt", None, None]
+
+
+async def test_the_idle_timer_starts_after_the_greeting():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Check order 4217."])
+    agent = scripted_agent(greeting="Thanks for calling. How can I help?")
+    policy = TurnPolicy(idle=IdlePolicy(reprompt_ms=2500))
+    bus = EventBus()
+    ends: list[float] = []
+    bus.subscribe(lambda e: ends.append(e.t_ms) if getattr(e, "name", "") == "playback_end" else None)
+    res = await run_call([turn(silence(8000))], stack, agent, clock=clock, policy=policy, tail_ms=500,
+                         bus=bus)
+    [reprompt] = res.turns  # the greeting is turn 0, outside the per-turn records
+    assert reprompt.initiated == "idle_prompt" and ends
+    assert 2500 <= reprompt.stamps["playback_start"] - ends[0] <= 2700
+
+
+async def test_a_transcript_that_drops_the_digits_keeps_the_hold():
+    clock = VirtualClock()
+    # Whisper base, on a real recording: "… 41586" at one pause, then the digits vanish at the
+    # next ("My callback number is...") although the caller read more: the turn stays held
+    stack = make_stack(clock, ["My callback number is 4 1 5", "My callback number is... 41586",
+                               "My callback number is...", "My callback number is 415 862 3079."],
+                       eot_prob=0.95)
+    pcm = np.concatenate([tone(1500), silence(1000), tone(900), silence(1000), tone(500),
+                          silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert asked(res) == ["My callback number is 415 862 3079."]
+
+
+async def test_a_reply_dropped_before_it_was_heard_is_no_interruption_and_no_line(tmp_path):
+    clock = VirtualClock()
+    # the model commits after "Telephone number"; the caller goes on reading the number before
+    # the reply is audible: the same turn reopens, its later reply plays to the end
+    stack = make_stack(clock, ["Telephone number", "Telephone number 4158623079."], eot_prob=0.95,
+                       stt_ms=100)
+    pcm = np.concatenate([tone(900), silence(330), tone(1500)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, out_dir=tmp_path,
+                         tail_ms=2000)
+    [rec] = res.turns
+    assert rec.status == "completed" and rec.heard_text == "Order 4217 has shipped and arrives Friday."
+    assert (tmp_path / "transcript.txt").read_text().splitlines() == [
+        "caller: Telephone number 4158623079.", "agent: Order 4217 has shipped and arrives Friday."]
+
+
+async def test_no_preemptive_draft_is_started_on_noise():
+    clock = VirtualClock()
+    # Smart Turn unsure: the transcript comes while the turn is still open, when a draft would
+    # start — not on a hallucination
+    babble = Transcript("The", True, no_speech_prob=0.33, avg_logprob=-2.87)
+    stack = make_stack(clock, [babble], eot_prob=0.05)
+    res = await run_call([turn(tone(1200))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+    assert [r.status for r in res.turns] == ["rejected_noise"]
+    assert stack.llm.requests == []

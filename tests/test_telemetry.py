@@ -184,7 +184,8 @@ def test_nothing_is_imported_or_subscribed_without_otel_variables():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                          env=env, cwd=TESTS)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "False"]  # the timeline and the call's own listener only
+    # the timeline, the transcript and the call's own listener only
+    assert out.stdout.split() == ["3", "False"]
 
 
 def test_switched_on_by_the_standard_variables():

@@ -116,3 +116,168 @@ def test_a_question_ends_the_turn_even_when_the_model_is_unsure():
     t.eot_result(1, 0.02, 700)  # synthetic voices confuse Smart Turn's prosody cues
     assert t.transcript_result(1, True, False, 900, question=True) == [
         Commit(1, "model+transcript", 0.02, 500)]
+
+
+# --- caller realism: noise turns, numbers read out, idle ----------------------------------------
+from rejoinder.turns import EndCall, IdlePolicy, Reject, Reprompt  # noqa: E402
+
+
+def _answered(t: TurnTaker, end_ms: float) -> None:
+    """Drive ``t`` through one answered caller turn whose reply finishes playing at ``end_ms``."""
+    t.speech_onset(0, 64)
+    t.speech_pause(500, 660)
+    t.eot_result(t.turn_id, 0.9, 700)
+    t.agent_audible(t.turn_id, 1000)
+    t.agent_done(t.turn_id, end_ms)
+
+
+def test_a_hallucinated_turn_is_rejected_not_answered():
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(1200, 1360)
+    assert t.transcript_result(1, True, False, 1600, noise="low_confidence") == []
+    assert t.eot_result(1, 0.9, 1610) == [Reject(1, "low_confidence")]  # would have committed
+    assert t.state is State.LISTENING
+    # the next sound opens a new turn; its own transcript decides afresh
+    assert t.speech_onset(3000, 3064) == [OpenTurn(2, 3000)]
+    t.speech_pause(3500, 3660)
+    assert t.transcript_result(2, True, False, 3800) == []
+    assert t.eot_result(2, 0.9, 3810) == [Commit(2, "model", 0.9, 3500)]
+
+
+def test_noise_found_after_the_commit_cancels_the_reply():
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(400, 560)
+    assert t.eot_result(1, 0.9, 600) == [Commit(1, "model", 0.9, 400)]
+    assert t.transcript_result(1, False, False, 900, noise="no_words") == [
+        CancelReply(1, "noise"), Reject(1, "no_words")]
+    assert t.state is State.LISTENING
+
+
+def test_a_number_still_being_read_takes_back_a_model_commit():
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(2000, 2160)
+    assert t.eot_result(1, 0.95, 2210) == [Commit(1, "model", 0.95, 2000)]  # Smart Turn: "done"
+    # the transcript ("415 555") shows a phone number half read out: hold for the rest
+    assert t.transcript_result(1, False, True, 2400) == [CancelReply(1, "digit_hold")]
+    assert t.state is State.USER_PAUSED and t.next_deadline() == 2000 + TurnPolicy().digit_hold_ms
+    assert t.speech_onset(3000, 3064) == []  # the next group, 1 s later: same turn
+    assert t.turn_id == 1 and t.state is State.USER_SPEAKING
+    # a complete number does not wait: the model's commit stands
+    t.speech_pause(4500, 4660)
+    assert t.transcript_result(1, True, False, 4800) == []
+    assert t.eot_result(1, 0.9, 4810) == [Commit(1, "model", 0.9, 4500)]
+
+
+def test_idle_is_off_by_default():
+    t = TurnTaker()
+    _answered(t, 5000)
+    assert [a for ms in range(5000, 120_000, 500) for a in t.tick(ms)] == []
+
+
+def test_idle_reprompt_then_goodbye_timed_from_the_end_of_playback():
+    t = TurnTaker(TurnPolicy(idle=IdlePolicy(reprompt_ms=4000, hangup_ms=3000)))
+    _answered(t, end_ms=9000)  # a long reply: it finished playing at 9 s, not when generated
+    t.tick(9000)
+    assert t.tick(12_999) == [] and t.next_deadline() == 13_000
+    assert t.tick(13_000) == [Reprompt(2)]
+    assert t.state is State.THINKING and t.tick(20_000) == []  # nothing while it is being said
+    t.agent_audible(2, 13_400)
+    t.agent_done(2, 14_500)
+    assert t.tick(17_499) == []
+    assert t.tick(17_500) == [EndCall(3, "no_input")]
+    assert t.goodbye_turn == 3
+    t.agent_audible(3, 17_800)
+    t.agent_done(3, 20_000)
+    assert [a for ms in range(20_000, 60_000, 500) for a in t.tick(ms)] == []  # said once
+
+
+def test_a_caller_who_answers_the_reprompt_starts_idle_over():
+    t = TurnTaker(TurnPolicy(idle=IdlePolicy(reprompt_ms=4000, hangup_ms=3000)))
+    _answered(t, 5000)
+    t.tick(5000)
+    assert t.tick(9000) == [Reprompt(2)]
+    t.agent_audible(2, 9300)
+    t.agent_done(2, 10_000)
+    t.speech_onset(11_000, 11_064)  # "yes, I'm here"
+    t.speech_pause(11_800, 11_960)
+    assert t.eot_result(3, 0.9, 12_000) == [Commit(3, "model", 0.9, 11_800)]
+    t.agent_audible(3, 12_500)
+    t.agent_done(3, 14_000)
+    t.tick(14_000)
+    assert t.tick(17_000) == [] and t.tick(18_000) == [Reprompt(4)]  # a reprompt again, not goodbye
+
+
+def test_speaking_over_the_goodbye_keeps_the_call():
+    t = TurnTaker(TurnPolicy(idle=IdlePolicy(reprompt_ms=1000, hangup_ms=1000), barge_in_ms=300))
+    _answered(t, 2000)
+    t.tick(2000)
+    t.tick(3000)
+    t.agent_audible(2, 3200)
+    t.agent_done(2, 4000)
+    t.tick(4000)
+    assert t.tick(5000) == [EndCall(3, "no_input")]
+    t.agent_audible(3, 5200)
+    t.speech_onset(5500, 5564)
+    assert t.speech_continues(5800) == [CancelReply(3, "barge_in"), OpenTurn(4, 5500)]
+    assert t.goodbye_turn is None
+
+
+def test_vad_hysteresis_settings_are_validated():
+    import pytest
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="vad_neg_threshold"):
+        TurnPolicy(vad_threshold=0.4, vad_neg_threshold=0.6)
+    assert TurnPolicy().merged({"idle": {"reprompt_ms": 4000}}).idle.reprompt_ms == 4000
+    assert TurnPolicy().merged({"idle": {"reprompt_ms": 4000}}).idle.reprompt_text == "Are you still there?"
+    with pytest.raises(ValidationError):
+        TurnPolicy().merged({"idle": {"reprompt_sec": 4}})
+
+
+def test_vad_tracker_min_speech_ignores_short_bursts():
+    def signals(tracker, sound):
+        out = []
+        for i in range(0, len(sound), 320):
+            out += [s.kind for s in tracker.push(sound[i:i + 320], i / 16)]
+        return out
+    click = np.concatenate([np.zeros(8000, np.float32), 0.5 * np.ones(1600, np.float32),
+                            np.zeros(8000, np.float32)])  # a 100 ms burst
+    assert "onset" in signals(VadTracker(AmplitudeVAD(), min_speech_ms=64), click)
+    assert signals(VadTracker(AmplitudeVAD(), min_speech_ms=200), click) == []
+
+
+def test_a_complete_number_ends_the_turn_whatever_the_model_says():
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(2000, 2160)
+    t.eot_result(1, 0.03, 2210)  # Smart Turn hears digits read out as unfinished
+    assert t.transcript_result(1, True, False, 2500, number_complete=True) == [
+        Commit(1, "model+transcript", 0.03, 2000)]
+    # without terminal punctuation (Whisper still unsure) it waits for the silence timeout
+    t = TurnTaker()
+    t.speech_onset(0, 64)
+    t.speech_pause(2000, 2160)
+    t.eot_result(1, 0.03, 2210)
+    assert t.transcript_result(1, False, False, 2500, number_complete=True) == []
+
+
+def test_vad_state_is_reset_once_per_long_silence():
+    class Counting(AmplitudeVAD):
+        resets = 0
+
+        def reset(self) -> None:
+            Counting.resets += 1
+
+    def run(reset_after_ms):
+        Counting.resets = 0
+        tr = VadTracker(Counting(), reset_after_ms=reset_after_ms)
+        sound = np.concatenate([0.5 * np.ones(16000, np.float32), np.zeros(40000, np.float32),
+                                0.5 * np.ones(8000, np.float32), np.zeros(8000, np.float32)])
+        kinds = []
+        for i in range(0, len(sound), 320):
+            kinds += [s.kind for s in tr.push(sound[i:i + 320], i / 16)]
+        return Counting.resets, kinds.count("onset")
+    assert run(1000) == (1, 2)   # 2.5 s of silence: one reset; 0.5 s after the last word: none
+    assert run(None) == (0, 2)

@@ -14,15 +14,17 @@ from .ports import LLMPort, LLMRequest, PortError, STTPort, TTSPort, TurnPort, V
 from .reply import FillerPolicy, RecoveryPolicy
 from .session import Session, Stack
 from .timeline import SEGMENTS, Timeline, TurnRecord
-from .turns import TurnPolicy, TurnTaker
+from .dictation import NumberPolicy
+from .sounds import SoundPolicy
+from .turns import IdlePolicy, TurnPolicy, TurnTaker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Agent", "AgentConfig", "AudioInputError", "BOUNDARIES", "Boundary", "CallContext", "ConfigError",
-    "Event", "EventBus", "FillerPolicy", "LLMPort", "LLMRequest", "LLMSettings", "MissingExtra",
-    "PortError", "RealClock", "RecoveryPolicy", "RejoinderError", "Runtime", "SEGMENTS", "STTPort",
-    "Session", "Stack", "TTSPort", "Timeline", "Tool", "ToolError", "TurnPolicy", "TurnPort",
-    "TurnRecord", "TurnTaker", "VADPort", "VirtualClock", "load_agent", "load_caller", "load_config",
-    "tool", "__version__",
+    "Event", "EventBus", "FillerPolicy", "IdlePolicy", "LLMPort", "LLMRequest", "LLMSettings",
+    "MissingExtra", "NumberPolicy", "PortError", "RealClock", "RecoveryPolicy", "RejoinderError",
+    "Runtime", "SEGMENTS", "STTPort", "Session", "SoundPolicy", "Stack", "TTSPort", "Timeline", "Tool",
+    "ToolError", "TurnPolicy", "TurnPort", "TurnRecord", "TurnTaker", "VADPort", "VirtualClock",
+    "load_agent", "load_caller", "load_config", "tool", "__version__",
 ]

@@ -12,7 +12,7 @@ sample after quiet, sample-accurate) lets the harness check the line's ``playbac
 against the caller's ears, and :attr:`SimulatedCaller.cues` records when each turn's cue fired and
 whether it fired as scripted (a barge-in whose reply never came is played after a timeout and
 flagged ``missed``). A turn made only of silence is dead air: it has no voiced span and produces
-no ground truth.
+no ground truth; neither does a turn of ``kind: noise`` (babble, a cough): it is not an utterance.
 """
 
 from __future__ import annotations
@@ -64,27 +64,52 @@ async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
     from pathlib import Path
     out: list[RenderedTurn] = []
     base = Path(sc.path).parent if sc.path else Path(".")
+    voice: list = [caller_tts]
+
+    async def say(text: str) -> np.ndarray:
+        if voice[0] is None:
+            from .adapters.espeak_tts import EspeakTTS
+            voice[0] = EspeakTTS(voice=sc.caller_voice, rate=sc.caller_rate)
+        pcs = [p.pcm async for p in voice[0].stream(text)]
+        return resample(np.concatenate(pcs).astype(np.float32) / 32768.0, voice[0].sample_rate, RATE)
+
     for turn in sc.turns:
-        parts: list[np.ndarray] = []
-        for seg in turn.audio:
-            if seg.silence_ms is not None:
-                parts.append(np.zeros(int(RATE * seg.silence_ms / 1000), dtype=np.int16))
-            elif seg.say is not None:
-                if caller_tts is None:
-                    from .adapters.espeak_tts import EspeakTTS
-                    caller_tts = EspeakTTS(voice=sc.caller_voice, rate=sc.caller_rate)
-                pcs = [p.pcm async for p in caller_tts.stream(seg.say)]
-                x = np.concatenate(pcs).astype(np.float32) / 32768.0
-                parts.append(to_int16(resample(x, caller_tts.sample_rate, RATE)))
-            else:
-                p = Path(seg.file) if seg.file else ASTERISK_DIR / f"{seg.asterisk}.wav"
-                if seg.file and not p.is_absolute() and (base / p).exists():
-                    p = base / p
-                x, sr = load_audio(p)
-                parts.append(to_int16(resample(x, sr, RATE)))
-        pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+        parts = [await _render(seg, base, say) for seg in turn.audio]
+        pcm = to_int16(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int16)
         out.append(RenderedTurn(pcm, voiced_span(pcm), turn))
     return out
+
+
+async def _render(seg, base, say) -> np.ndarray:
+    """One segment as float32 at 16 kHz: its source, cut to ``start_ms``/``duration_ms``, scaled
+    to ``level_dbfs`` (RMS). A ``mix`` sums its segments, each looped to ``duration_ms``."""
+    from pathlib import Path
+    if seg.silence_ms is not None:
+        return np.zeros(int(RATE * seg.silence_ms / 1000), dtype=np.float32)
+    if seg.mix is not None:
+        voices = [await _render(m, base, say) for m in seg.mix]
+        n = int(RATE * seg.duration_ms / 1000) if seg.duration_ms else max(len(v) for v in voices)
+        x = np.zeros(n, dtype=np.float32)
+        for v in voices:
+            if len(v):
+                x += np.resize(v, n) if seg.duration_ms else np.pad(v, (0, n - len(v)))
+    else:
+        if seg.say is not None:
+            x = await say(seg.say)
+        else:
+            p = Path(seg.file) if seg.file else ASTERISK_DIR / f"{seg.asterisk}.wav"
+            if seg.file and not p.is_absolute() and (base / p).exists():
+                p = base / p
+            raw, sr = load_audio(p)
+            x = resample(raw, sr, RATE)
+        a = int(RATE * (seg.start_ms or 0.0) / 1000)
+        b = a + int(RATE * seg.duration_ms / 1000) if seg.duration_ms else len(x)
+        x = x[a:b]
+    if seg.level_dbfs is not None and len(x):
+        rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+        if rms > 0:
+            x = x * np.float32(10 ** (seg.level_dbfs / 20) / rms)
+    return x.astype(np.float32, copy=False)
 
 
 class SimulatedCaller:
@@ -151,7 +176,7 @@ class SimulatedCaller:
                 self._pos = 0
                 self._cur_start = now
                 a, b = self._cur.voiced
-                if b > a:  # dead air has no voiced span and no truth
+                if b > a and self._cur.spec.kind != "noise":  # dead air and noise are no utterance
                     self.truth.append((self.next_turn, now + 1000.0 * a / RATE, now + 1000.0 * b / RATE))
                 self.cues.append({"turn": self.next_turn, "cue": cue, "at_ms": now,
                                   "missed": cue == "timeout"})

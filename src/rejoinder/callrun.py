@@ -21,14 +21,14 @@ import numpy as np
 from . import telemetry
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
-from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
+from .events import AgentSpeech, Boundary, EventBus, Recovery
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
 from .session import Session, Stack
 from .tools import CallContext
 from .stages import Stamper
-from .timeline import Timeline, TurnRecord
+from .timeline import CallTranscript, Timeline, TurnRecord
 from .turns import TurnPolicy
 
 
@@ -51,6 +51,7 @@ class CallResult:
     final_state: Any = None  # the agent's report_state at the end of the call
     context: list[Any] = field(default_factory=list)  # the LLM's chat history at the end
     heard_log: list[tuple[int, str]] = field(default_factory=list)  # (turn, assistant text kept)
+    hangup: str | None = None  # why the agent ended the call itself (None: the caller did)
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -60,6 +61,19 @@ class CallResult:
                 "unheard_context_words": self.unheard_context_words,
                 "recoveries": self.recoveries, "faults_injected": self.faults_injected,
                 "silences_over_1s": sum(1 for r in self.turns for _, d in r.stalls if d > 1000)}
+
+    def turn_taking_metrics(self) -> dict[str, Any]:
+        """Caller-realism figures of this call: replies that talked on after a caller sound, by
+        verdict (backchannel / non_speech / unclear), turns rejected as noise, idle prompts said,
+        and whether the agent hung up."""
+        resumed: dict[str, int] = {}
+        for r in self.turns:
+            for why in r.resumed:
+                resumed[why] = resumed.get(why, 0) + 1
+        return {"resumed": resumed,
+                "rejected_noise": sum(1 for r in self.turns if r.rejected is not None),
+                "idle_prompts": sum(1 for r in self.turns if r.initiated == "idle_prompt"),
+                "hangup": self.hangup}
 
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
@@ -94,7 +108,9 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
                    greeting: bool = True) -> CallResult:
     """Play rendered caller ``turns`` into a new session of ``agent`` in real time; return the
     measured turns. With ``greeting`` the agent's greeting (if any) opens the call and the
-    caller's first turn waits for it, as a caller would."""
+    caller's first turn waits for it, as a caller would. The call ends when the caller is done,
+    at ``max_ms``, or when the agent hangs up (:attr:`Session.hangup`, e.g. after the idle
+    goodbye; :attr:`CallResult.hangup`)."""
     clock = clock or RealClock()
     call_id = call_id or (ctx.call_id if ctx else uuid.uuid4().hex[:12])
     bus = bus or EventBus()
@@ -102,17 +118,15 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     tl = Timeline(out_dir / "timeline.jsonl" if out_dir else None)
     bus.subscribe(tl)
     observed = telemetry.observe_call(bus, call_id, clock, transport="harness")  # None when off
-    lines: list[tuple[str, str]] = []
+    transcript = CallTranscript()
+    bus.subscribe(transcript)
     tools: list[dict[str, Any]] = []
 
     heard_words: list[int] = []
     recoveries = [0]
 
     def on_event(ev) -> None:
-        if isinstance(ev, TranscriptEvent) and ev.final and not ev.speculative:
-            lines.append(("caller", ev.text))
-        elif isinstance(ev, AgentSpeech):
-            lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
+        if isinstance(ev, AgentSpeech):
             heard_words.append(len(ev.heard_text.split()))
         elif isinstance(ev, Recovery):
             recoveries[0] += 1
@@ -131,7 +145,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     t = 0.0
     over = _Overtalk()
     try:
-        while not caller.done and t < max_ms:
+        while not caller.done and t < max_ms and session.hangup is None:
             await clock.pace(t)
             frame = caller.next_frame(t)
             session.on_frame(frame, t)
@@ -154,13 +168,13 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
             tl.write_event({"type": "turn", **r.summary()})
         tl.close()
     if out_dir:
-        (out_dir / "transcript.txt").write_text(
-            "".join(f"{who}: {text}\n" for who, text in lines), encoding="utf-8")
+        (out_dir / "transcript.txt").write_text(transcript.text(), encoding="utf-8")
     context_words = [len(text.split()) for _, text in session.conv.heard_log]
     unheard = sum(max(0, c - h) for c, h in zip(context_words, heard_words))
-    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, lines, error, tools,
+    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, transcript.lines, error, tools,
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
-                      context=list(session.conv.history), heard_log=list(session.conv.heard_log))
+                      context=list(session.conv.history), heard_log=list(session.conv.heard_log),
+                      hangup=session.hangup)
 
 
 class _Overtalk:

@@ -81,17 +81,42 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
                 await runtime.warmup()
             console.print(f"calling: {plain(sc.name)} ({len(turns)} caller turns, real time) "
                           f"with agent {plain(repr(runtime.agent.name))}…")
-            return await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
+            res = await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
+                                     turn_policy=sc.turn_policy)
+            return res, sc
 
-        result = asyncio.run(main())
+        result, sc = asyncio.run(main())
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {plain(out)}")
         raise typer.Exit(130)
     except RejoinderError as exc:
         _fail(exc)
     print_turns(result, json_out)
+    if source.suffix.lower() in (".yaml", ".yml"):
+        print_expectations(sc, result)
     if result.error:
         raise typer.Exit(1)
+
+
+def print_expectations(sc, result) -> None:
+    """Check the call against its scenario's ``expect:`` blocks, as ``bench`` does: ✓ / ✗ on
+    stderr (stdout keeps one JSON object per turn with ``--json``), and ``expectations.json``
+    (scenario, success, checks, failures, causes) beside the recording."""
+    from .harness.expect import evaluate
+    caller = result.caller
+    v = evaluate(sc, result, caller.truth if caller else [], caller.cues if caller else [])
+    if result.out_dir:
+        (result.out_dir / "expectations.json").write_text(json.dumps(
+            {"scenario": sc.name, "success": v.success, "checks": v.checks, "failures": v.failures,
+             "causes": v.causes}, indent=2) + "\n", encoding="utf-8")
+    if v.success:
+        console.print(f"[green]✓[/] {plain(sc.name)}: all {v.checks} expectations met")
+    else:
+        console.print(f"[red]✗[/] {plain(sc.name)}: {len(v.failures)} of {v.checks} expectations failed")
+        for f, cause in zip(v.failures, v.causes):
+            console.print(f"  [red]✗[/] {plain(f)} [dim]({plain(cause)})[/]")
+    if result.hangup:
+        console.print(f"the agent hung up ({plain(result.hangup)})")
 
 
 @app.command()

@@ -83,8 +83,13 @@ class TranscriptEvent:
 
 @dataclass(frozen=True, slots=True)
 class TurnDecision:
-    """The runtime's decision about the caller's turn: ``committed`` ends it; ``reason`` is
-    ``"model"`` (end-of-turn model), ``"timeout"`` (silence fallback) or ``"promoted"``."""
+    """The runtime's decision about who has the floor. Committed (the caller's turn is over):
+    ``reason`` is ``"model"`` / ``"model+transcript"`` (end-of-turn model), ``"timeout"``
+    (silence fallback) or ``"promoted"``. Not committed: the agent talks on after a sound over
+    its reply (``"backchannel"``, ``"non_speech"``, ``"unclear"``; on the reply's turn), the
+    caller's turn was only noise and gets no reply (``"rejected_noise"``), or the agent takes
+    the floor on its own (``"idle_prompt"``: an idle reprompt or goodbye). ``data`` holds
+    details: the transcript and the recogniser's confidence, the text said."""
 
     committed: bool
     probability: float
@@ -92,6 +97,7 @@ class TurnDecision:
     t_ms: float
     call_id: str
     turn_id: int
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

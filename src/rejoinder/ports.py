@@ -55,11 +55,19 @@ class TurnPort(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Transcript:
-    """STT output: ``final`` False for an interim hypothesis."""
+    """STT output: ``final`` False for an interim hypothesis.
+
+    Confidence, when the recogniser reports it (None otherwise): ``no_speech_prob`` in [0, 1] is
+    the model's probability that the audio holds no speech (Whisper's ``<|nospeech|>`` token);
+    ``avg_logprob`` (≤ 0) is the mean log-probability per decoded token. Whisper's own silence
+    rule is ``no_speech_prob > 0.6 and avg_logprob < -1.0`` (OpenAI ``whisper/transcribe.py``).
+    """
 
     text: str
     final: bool
     words: tuple[tuple[str, float, float], ...] = ()  # (word, start_ms, end_ms) when known
+    no_speech_prob: float | None = None
+    avg_logprob: float | None = None
 
 
 @runtime_checkable

@@ -101,9 +101,12 @@ class Runtime:
     async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None,
                    caller_phone: str | None = None, clock: Clock | None = None,
                    call_id: str | None = None, bus: EventBus | None = None,
-                   tail_ms: float = 2500.0, max_ms: float = 900000.0) -> CallResult:
+                   tail_ms: float = 2500.0, max_ms: float = 900000.0,
+                   turn_policy: dict | None = None) -> CallResult:
         """Run one simulated call; see :func:`rejoinder.callrun.run_call`. The result carries the
-        agent's final state (``final_state``) for the harness's checks."""
+        agent's final state (``final_state``) for the harness's checks. ``turn_policy``:
+        turn-taking settings for this call over the configured ones (a scenario's
+        ``turn_policy``, e.g. idle handling)."""
         await self.warmup()
         call_id = call_id or uuid.uuid4().hex[:12]
         ctx = await self.open_call(call_id, caller_phone)
@@ -111,7 +114,8 @@ class Runtime:
         stack = self.new_stack(clock)
         try:
             result = await run_call(turns, stack, self.agent, ctx=ctx, out_dir=out_dir, clock=clock,
-                                    policy=self.cfg.turns, recovery=self.cfg.recovery,
+                                    policy=self.cfg.turns.merged(turn_policy or {}),
+                                    recovery=self.cfg.recovery,
                                     filler=self.cfg.filler, preemptive=self.cfg.preemptive,
                                     call_id=call_id, bus=bus,
                                     tail_ms=tail_ms, max_ms=max_ms, greeting=True)

@@ -2,8 +2,11 @@
 
 A scenario is a list of caller turns. Each turn's audio is a list of segments — a file, an
 Asterisk prompt (``asterisk: digits/4``, real human speech installed from Debian's
-``asterisk-core-sounds-en-wav``; voice by Allison Smith, CC-BY-SA-3.0), silence, or text spoken by
-the caller voice (espeak-ng, distinct from the agent's voice). Timing is relative to the agent:
+``asterisk-core-sounds-en-wav``; voice by Allison Smith, CC-BY-SA-3.0), silence, text spoken by
+the caller voice (espeak-ng, distinct from the agent's voice), or a ``mix`` of segments played at
+once (babble: several voices overlaid). A file or prompt may be cut (``start_ms``,
+``duration_ms``: a 0.3 s fragment of a word is a speech-like noise) and any segment set to a
+level (``level_dbfs``, RMS dB below full scale: babble 40 dB down). Timing is relative to the agent:
 ``after_agent_ms`` waits for the agent to stop talking (as heard by the caller) then that long;
 ``barge_in_ms`` starts the turn that long into the agent's reply; ``at_ms`` is absolute. A turn
 made only of silence is dead air: the caller stays quiet that long (a silent caller).
@@ -14,10 +17,17 @@ Expectations (checked by :mod:`rejoinder.harness.expect`):
   answering that turn, words the caller must *hear* in the reply (``reply_contains``), a
   voice-to-voice budget (``v2v_budget_ms``), and whether the turn must cut the agent off
   (``interrupts: true``, a barge-in) or must not (``interrupts: false``, a backchannel);
+  ``answered: false`` — no reply to this turn (noise, babble: no agent reply decided while it
+  plays is heard); ``transcript_contains`` — what the runtime must have heard in *one* turn
+  (digits compared without separators: a phone number read in groups is not split);
 * per call: ``final_db`` — the rows the database must hold at the end
   (``{table: {row id: {column: value}}}``, a subset of the application's ``db_state``),
-  ``only_expected_tools`` (no tool beyond those expected may run) and ``agent_silent`` (the agent
-  must not speak at all, e.g. for a silent caller).
+  ``only_expected_tools`` (no tool beyond those expected may run), ``agent_silent`` (the agent
+  must not speak at all, e.g. for a silent caller) and ``hangs_up`` (the agent must / must not
+  end the call itself).
+
+``turn_policy`` sets turn-taking options this call needs over the agent's configuration, e.g.
+``{idle: {reprompt_ms: 4000, hangup_ms: 4000}}`` — idle handling is off unless a scenario asks.
 
 Errors name the file, the line and the field (:class:`ScenarioError`).
 """
@@ -28,9 +38,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .turns import TurnPolicy
 
 ASTERISK_DIR = Path("/usr/share/asterisk/sounds/en")
 
@@ -40,20 +51,33 @@ class ScenarioError(ConfigError):
 
 
 class Segment(BaseModel):
-    """One piece of a caller turn's audio: exactly one of the fields."""
+    """One piece of a caller turn's audio: exactly one of file/asterisk/say/silence_ms/mix, with
+    optional cut (``start_ms``/``duration_ms``) and level (``level_dbfs``)."""
 
     model_config = ConfigDict(extra="forbid")
     file: str | None = None
     asterisk: str | None = Field(None, description="prompt name under /usr/share/asterisk/sounds/en, no .wav")
     say: str | None = Field(None, description="text spoken by the synthetic caller voice")
     silence_ms: float | None = Field(None, ge=0, le=60000)
+    mix: list["Segment"] | None = Field(None, min_length=1, description="segments played at once "
+                                        "(each looped to duration_ms when given)")
+    start_ms: float | None = Field(None, ge=0, description="cut: start this far into the audio")
+    duration_ms: float | None = Field(None, gt=0, le=60000, description="cut: keep this long")
+    level_dbfs: float | None = Field(None, ge=-90, le=0, description="scale to this RMS level (dBFS)")
 
     @model_validator(mode="after")
     def _one(self) -> "Segment":
-        given = [k for k in ("file", "asterisk", "say", "silence_ms") if getattr(self, k) is not None]
+        given = [k for k in ("file", "asterisk", "say", "silence_ms", "mix") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"a segment needs exactly one of file/asterisk/say/silence_ms, got {given or 'none'}")
+            raise ValueError(f"a segment needs exactly one of file/asterisk/say/silence_ms/mix, "
+                             f"got {given or 'none'}")
+        if self.silence_ms is not None and (self.start_ms, self.duration_ms, self.level_dbfs) != (None,) * 3:
+            raise ValueError("silence_ms takes no start_ms/duration_ms/level_dbfs")
         return self
+
+    def sources(self) -> list["Segment"]:
+        """This segment and every segment inside its mix (depth first)."""
+        return [self] + [s for m in self.mix or [] for s in m.sources()]
 
 
 class ToolExpect(BaseModel):
@@ -73,6 +97,10 @@ class Expect(BaseModel):
                                       "hear (e.g. another customer's order details)")
     v2v_budget_ms: float | None = Field(None, gt=0)
     interrupts: bool | None = Field(None, description="true: must cut the agent off; false: must not")
+    answered: bool | None = Field(None, description="false: no agent reply decided while this turn "
+                                  "plays may be heard (noise, babble); true: one must be")
+    transcript_contains: list[str] = Field(default_factory=list, description="what the runtime must "
+                                           "have heard in one turn (digits compared without separators)")
 
 
 class CallerTurn(BaseModel):
@@ -108,10 +136,24 @@ class Scenario(BaseModel):
         default_factory=dict, description="{table: {row id: {column: value}}} at the end of the call")
     only_expected_tools: bool = False
     agent_silent: bool = False
+    hangs_up: bool | None = Field(None, description="true: the agent must end the call itself "
+                                  "(idle goodbye); false: it must not")
+    turn_policy: dict[str, Any] = Field(default_factory=dict, description="turn-taking settings "
+                                        "over the agent's, e.g. {idle: {reprompt_ms: 4000}}")
     caller_voice: str = Field("en-us+m1", description="espeak-ng voice of the say: segments (not the agent's)")
     caller_rate: int = Field(140, ge=80, le=450, description="words per minute of the caller voice")
     tags: list[str] = Field(default_factory=list)
     path: str | None = None
+
+    @field_validator("turn_policy")
+    @classmethod
+    def _policy_valid(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:  # an unknown or invalid setting fails at load, named
+            TurnPolicy().merged(v)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ValueError(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -175,15 +217,20 @@ def load_scenario(path: str | Path) -> Scenario:
         more = exc.error_count() - len(lines)
         raise ScenarioError("\n".join(lines) + (f"\n(and {more} more)" if more > 0 else "")) from exc
     for i, turn in enumerate(sc.turns):
-        for j, seg in enumerate(turn.audio):
-            if seg.asterisk and not (ASTERISK_DIR / f"{seg.asterisk}.wav").exists():
-                raise ScenarioError(f"{path}:{_line_of(text, ('turns', i, 'audio', j)) or 1}: field "
-                                    f"'turns.{i}.audio.{j}.asterisk': prompt '{seg.asterisk}' not found in "
-                                    f"{ASTERISK_DIR}; " + (
-                                        "check the name (ls that folder; no .wav suffix)" if ASTERISK_DIR.is_dir()
-                                        else "install the prompts: apt-get install asterisk-core-sounds-en-wav"))
-            if seg.file and not (path.parent / seg.file).exists() and not Path(seg.file).exists():
-                raise ScenarioError(f"{path}:{_line_of(text, ('turns', i, 'audio', j)) or 1}: field "
-                                    f"'turns.{i}.audio.{j}.file': {seg.file} does not exist")
+        for j, top in enumerate(turn.audio):
+            for seg in top.sources():
+                _check_source(path, text, i, j, seg)
     sc.path = str(path)
     return sc
+
+
+def _check_source(path: Path, text: str, i: int, j: int, seg: Segment) -> None:
+    """A prompt or file that a segment (or a segment in its mix) plays must exist."""
+    line = _line_of(text, ("turns", i, "audio", j)) or 1
+    if seg.asterisk and not (ASTERISK_DIR / f"{seg.asterisk}.wav").exists():
+        raise ScenarioError(f"{path}:{line}: field 'turns.{i}.audio.{j}.asterisk': prompt '{seg.asterisk}' "
+                            f"not found in {ASTERISK_DIR}; " + (
+                                "check the name (ls that folder; no .wav suffix)" if ASTERISK_DIR.is_dir()
+                                else "install the prompts: apt-get install asterisk-core-sounds-en-wav"))
+    if seg.file and not (path.parent / seg.file).exists() and not Path(seg.file).exists():
+        raise ScenarioError(f"{path}:{line}: field 'turns.{i}.audio.{j}.file': {seg.file} does not exist")

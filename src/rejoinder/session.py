@@ -17,7 +17,6 @@ reversible tool runs are compensated. The agent (instructions, tools) is the use
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,37 +26,29 @@ from .agent import Agent
 from .audio_io import resample
 from .clock import wait_within
 from .conversation import Conversation, Step, undo_runs
+from .dictation import dictated_digits, number_open
 from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
 from .line import Playout, ReplyAudio
-from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
+from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply
 from .respond import Draft, Say
+from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
 from .stages import Stamper, timed_stt
 from .tools import CallContext
-from .turns import (State, CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
-                    TurnPolicy, TurnTaker, is_backchannel)
+from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
+                    Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
 from .vad import VadTracker
 
 LINE_RATE = 16000
 PREROLL_MS = 300.0
 TAIL_MS = 120.0
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
-_DIGIT_WORDS = {"zero", "oh", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
 
 
 def number_incomplete(text: str) -> bool:
-    """True when ``text`` ends in a run of 1–3 spoken digits (e.g. "my order is 4 2"), i.e. a
-    number probably still being read out. Order and phone numbers here have ≥ 4 digits."""
-    tokens = re.findall(r"[a-z]+|\d+", text.lower())
-    run = 0
-    for tok in reversed(tokens):
-        if tok.isdigit():
-            run += len(tok)
-        elif tok in _DIGIT_WORDS:
-            run += 1
-        else:
-            break
-    return 0 < run < 4
+    """True when ``text`` ends in a number still being read out, with the default number
+    formats and no context (:func:`rejoinder.dictation.number_open`)."""
+    return number_open(text)
 
 
 _CLOSED_PHRASES = {"hello", "hi", "hey", "yes", "no", "yeah", "nope", "thanks", "thank you",
@@ -116,7 +107,10 @@ class Session:
         self.recovery = recovery or RecoveryPolicy()
         self.filler = filler or FillerPolicy()
         self.taker = TurnTaker(self.policy)
-        self.tracker = VadTracker(stack.vad, pause_ms=self.policy.pause_ms)
+        p = self.policy
+        self.tracker = VadTracker(stack.vad, threshold=p.vad_threshold, neg_threshold=p.vad_neg_threshold,
+                                  min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms,
+                                  reset_after_ms=p.vad_reset_ms)
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)
@@ -133,9 +127,17 @@ class Session:
         self._undoing: set[asyncio.Task] = set()  # compensations of discarded drafts
         self.preemptive = preemptive
         self._lag_samples = int(downstream_lag_ms * LINE_RATE / 1000)
+        self._lag_ms = downstream_lag_ms
+        # turn → (pause end, its transcript, a number was still being read out)
+        self._heard: dict[int, tuple[float, Heard, bool]] = {}
+        self._agent_said = ""  # the agent's last words: context for a number being read out
+        self._pauses: dict[int, list[int]] = {}  # turn → digits read at each long pause in it
         self._tasks: set[asyncio.Task] = set()
         self.errors: list[BaseException] = []
         self.closed = False
+        self._hangup_after: tuple[int, str] | None = None  # (goodbye turn, why)
+        self.hangup: str | None = None  # set when the agent has ended the call (why); the
+        # transport must then close the line (callrun stops, the server closes the socket)
 
     # --- transport side ----------------------------------------------------------------------
     def on_frame(self, pcm: np.ndarray, t_ms: float) -> None:
@@ -155,6 +157,7 @@ class Session:
         now = self.st.now()
         for sig in self.tracker.push(frame, t_ms):
             if sig.kind == "onset":
+                self._note_group(sig.at_ms)
                 self._perform(self.taker.speech_onset(sig.at_ms, now))
             elif sig.kind == "voiced":
                 self._perform(self.taker.speech_continues(now))
@@ -210,10 +213,18 @@ class Session:
                 self.playout.hold(self.st.now())  # stop talking over the caller at once
             elif isinstance(a, Resume):
                 self.playout.resume()
-                self.st.emit(TurnDecision(False, 0.0, "backchannel", self.st.now(), self.st.call_id,
+                self.st.emit(TurnDecision(False, 0.0, a.reason, self.st.now(), self.st.call_id,
                                           a.turn_id))
             elif isinstance(a, CheckBackchannel):
                 self._spawn(self._check_backchannel(a), a.turn_id, "stt")
+            elif isinstance(a, Reject):
+                heard = self._heard.get(a.turn_id)
+                self.st.emit(TurnDecision(False, 0.0, "rejected_noise", self.st.now(), self.st.call_id,
+                                          a.turn_id, {"why": a.reason, **(heard[1].as_dict() if heard else {})}))
+            elif isinstance(a, Reprompt):
+                self._say_later(a.turn_id, self.policy.idle.reprompt_text, "idle_prompt")
+            elif isinstance(a, EndCall):
+                self._say_later(a.turn_id, self.policy.idle.goodbye_text, "idle_prompt", hangup=a.reason)
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         entry = self._replies.pop(turn_id, None)
@@ -229,30 +240,55 @@ class Session:
         return self._audio[a:max(a, b)].copy()
 
     async def _transcribe(self, turn_id: int, end_ms: float) -> str:
-        audio = self._segment(self._onset.get(turn_id, 0.0) - PREROLL_MS, end_ms + TAIL_MS)
-        stt = self.stack.stt
-        if stt.sample_rate != LINE_RATE:
-            audio = resample(audio, LINE_RATE, stt.sample_rate)
-
-        async def one():
-            yield audio
-
-        text = ""
-        async for tr in timed_stt(self.st, turn_id, stt, one()):
-            text = tr.text
+        onset = self._onset.get(turn_id, 0.0)
+        tr = Transcript("", True)
+        async for tr in timed_stt(self.st, turn_id, self.stack.stt,
+                                  self._turn_audio(onset - PREROLL_MS, end_ms + TAIL_MS)):
             if not tr.final:
                 self._interim[turn_id] = tr.text.strip()
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
-        text = text.strip()
+        text = tr.text.strip()
         if self._spec.get(turn_id, (None,))[0] == end_ms:  # still the latest pause
-            self._perform(self.taker.transcript_result(turn_id, text_complete(text),
-                                                       number_incomplete(text), self.st.now(),
-                                                       question=text.endswith("?")))
+            heard = Heard(text, end_ms - onset, tr.no_speech_prob, tr.avg_logprob,
+                          level_dbfs(self._segment(onset, end_ms)))
+            held = self._number_open(text, turn_id)
+            prev = self._heard.get(turn_id)
+            if not held and prev is not None and prev[2] and len(words(text)) < len(words(prev[1].text)):
+                held = True  # more speech, fewer words: the STT dropped the digits; keep holding
+            self._heard[turn_id] = (end_ms, heard, held)
+            noise = noise_verdict(heard, self.policy.sounds)
+            self._perform(self.taker.transcript_result(
+                turn_id, text_complete(text), held, self.st.now(), question=text.endswith("?"),
+                noise=noise, number_complete=not held and dictated_digits(text) >= 3))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.preemptive and text and not number_incomplete(text)):
+                    and self.preemptive and text and not held and noise is None):  # no draft for noise
                 self._start_draft(turn_id, text, tentative=True)
         return text
+
+    async def _turn_audio(self, start_ms: float, end_ms: float):
+        """The caller's audio in [start_ms, end_ms] (call clock) as one chunk at the STT's rate."""
+        audio = self._segment(start_ms, end_ms)
+        if self.stack.stt.sample_rate != LINE_RATE:
+            audio = resample(audio, LINE_RATE, self.stack.stt.sample_rate)
+        yield audio
+
+    def _number_open(self, text: str, turn_id: int) -> bool:
+        """``text`` ends in a number still being read out (the agent's last words as context,
+        the caller's long pauses in the turn as its digit groups)."""
+        return number_open(text, self._agent_said, self.policy.numbers,
+                           tuple(self._pauses.get(turn_id, ())))
+
+    def _note_group(self, onset_ms: float) -> None:
+        """Speech resumes in a paused turn: after a long pause inside a number, the digits read
+        so far close a group (a phone number read 3-3-4 however the STT writes the digits)."""
+        t = self.taker
+        end_ms, heard, _ = self._heard.get(t.turn_id, (None, None, False))
+        if (t.state in (State.USER_PAUSED, State.THINKING) and end_ms == t.last_voiced_ms
+                and onset_ms - t.last_voiced_ms >= self.policy.numbers.group_pause_ms):
+            n = dictated_digits(heard.text)
+            if n:
+                self._pauses.setdefault(t.turn_id, []).append(n)
 
     # --- the LLM side: drafts --------------------------------------------------------------
     def _start_draft(self, turn_id: int, text: str, *, tentative: bool) -> Draft:
@@ -287,25 +323,22 @@ class Session:
         task.add_done_callback(self._undoing.discard)
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
-        audio = self._segment(a.start_ms - 100.0, a.end_ms + TAIL_MS)
-        if self.stack.stt.sample_rate != LINE_RATE:
-            audio = resample(audio, LINE_RATE, self.stack.stt.sample_rate)
-
-        async def one():
-            yield audio
-
-        text = ""
+        """Short caller sound over the agent ended: resume or barge in, judged on its duration,
+        the STT's confidence and its words (:func:`rejoinder.sounds.overlap_verdict`)."""
+        tr = Transcript("", True)
         try:
-            async for tr in self.stack.stt.stream(one()):
-                text = tr.text
+            async for tr in self.stack.stt.stream(self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)):
+                pass
         except Exception as exc:  # cannot tell: treat the short sound as noise and go on talking
             self.st.emit(Recovery("stt", "resume", repr(exc), "", self.st.now(), self.st.call_id,
                                   a.turn_id))
-            text = ""
-        bc = is_backchannel(text, self.policy)
-        self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, a.turn_id,
+            tr = Transcript("", True)
+        heard = Heard(tr.text, a.end_ms - a.start_ms, tr.no_speech_prob, tr.avg_logprob)
+        verdict = overlap_verdict(heard, self.policy.backchannels, self.policy.sounds)
+        self.st.emit(TranscriptEvent(tr.text, True, self.st.now(), self.st.call_id, a.turn_id,
                                      speculative=True))
-        self._perform(self.taker.backchannel_result(a.turn_id, bc, self.st.now()))
+        self._perform(self.taker.backchannel_result(a.turn_id, verdict != "barge_in", self.st.now(),
+                                                    reason=verdict))
 
     async def _endpoint(self, turn_id: int, end_ms: float) -> None:
         audio = self._segment(max(end_ms - 8000.0, self._onset.get(turn_id, 0.0) - PREROLL_MS),
@@ -347,7 +380,7 @@ class Session:
             return
         self.st.stamp("transcript_final", turn_id, text=text)
         self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, turn_id))
-        if number_incomplete(text):
+        if self._number_open(text, turn_id):
             acts = self.taker.hold_for_digits(turn_id, self.st.now())
             if acts:
                 self._replies.pop(turn_id, None)
@@ -381,6 +414,17 @@ class Session:
             yield Say(text, source)
         await self._speak(turn_id, items(), None, [Step(text)])
 
+    def _say_later(self, turn_id: int, text: str, source: str, *, hangup: str | None = None) -> None:
+        """The agent takes the floor on its own as turn ``turn_id`` (an idle reprompt or goodbye):
+        marked on the timeline by a :class:`TurnDecision` with reason ``source``, then said with
+        :meth:`_say`. With ``hangup``, the call ends once the words have played (:attr:`hangup`),
+        unless the caller speaks over them."""
+        self.st.emit(TurnDecision(False, 0.0, source, self.st.now(), self.st.call_id, turn_id,
+                                  {"text": text, "hangup": hangup}))
+        if hangup is not None:
+            self._hangup_after = (turn_id, hangup)
+        self._replies[turn_id] = (None, self._spawn(self._say(turn_id, text, source), turn_id, "reply"))
+
     def greet(self) -> None:
         """Say the agent's greeting, if it has one (call once, when the call opens). The caller
         can talk over it like over any reply."""
@@ -405,9 +449,13 @@ class Session:
                                  self.st.now(), self.st.call_id, audio.turn_id))
         self.conv.add_heard(audio.turn_id, user_text, steps, heard)
         self._drafts.pop(audio.turn_id, None)
+        self._agent_said = heard if interrupted else (reply.full_text if reply else heard)
         if not interrupted:
             self._replies.pop(audio.turn_id, None)
-            self._perform(self.taker.agent_done(audio.turn_id, self.st.now()))
+            # the caller hears the end a transport's lag later: the idle timer starts then
+            self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
+            if self._hangup_after is not None and self._hangup_after[0] == audio.turn_id:
+                self.hangup = self._hangup_after[1]
 
     async def close(self) -> None:
         """Cancel everything still running for this call and wait for it."""

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
-                     event_to_dict)
+                     TranscriptEvent, TurnDecision, event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
@@ -53,12 +53,17 @@ class TurnRecord:
     tools: list[dict[str, Any]] = field(default_factory=list)
     tts_chunks: list[dict[str, float]] = field(default_factory=list)
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (start_ms, duration_ms)
-    status: str = "completed"  # completed | interrupted | failed | recovered | no_reply
+    status: str = "completed"  # completed | interrupted | failed | recovered | no_reply |
+    # rejected_noise (the caller's sound was only noise: no reply) | idle_prompt (the agent spoke
+    # on its own after the caller's silence)
     errors: list[str] = field(default_factory=list)
     transcript: str = ""
     heard_text: str = ""
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     llm_first_tokens: list[float] = field(default_factory=list)  # every LLM request's first token
+    resumed: list[str] = field(default_factory=list)  # why the reply talked on after caller sounds
+    rejected: dict[str, Any] | None = None  # why the turn was rejected as noise, what was heard
+    initiated: str | None = None  # the agent spoke on its own (e.g. "idle_prompt"): no caller turn
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -128,6 +133,9 @@ class TurnRecord:
             "stalls": [{"start_ms": a, "duration_ms": d} for a, d in self.stalls],
             "errors": self.errors,
             "recoveries": self.recoveries,
+            "resumed": self.resumed,
+            "rejected": self.rejected,
+            "initiated": self.initiated,
         }
 
 
@@ -168,8 +176,18 @@ class Timeline:
                                    "reason": event.reason, "t_ms": event.t_ms})
             if rec.status == "completed":
                 rec.status = "recovered"
+        elif isinstance(event, TurnDecision) and event.turn_id and not event.committed:
+            rec = self.turn(event.turn_id)
+            if event.reason == "rejected_noise":
+                rec.status, rec.rejected = "rejected_noise", dict(event.data)
+            elif event.reason == "idle_prompt":
+                rec.status = rec.initiated = "idle_prompt"
+            else:  # a sound over the reply that it talked on after
+                rec.resumed.append(event.reason)
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
+            if event.interrupted and "playback_start" not in rec.stamps:
+                return  # a reply dropped before the caller heard any of it (the turn reopened)
             rec.heard_text = event.heard_text
             if event.interrupted:
                 rec.status = "interrupted"
@@ -226,3 +244,39 @@ class Timeline:
 
     def records(self) -> list[TurnRecord]:
         return [self.turns[k] for k in sorted(self.turns)]
+
+
+class CallTranscript:
+    """Observer: the call as a transcript — one caller line per turn with its latest final
+    transcript (a turn held open while a number was read out, or reopened, stays one line), and
+    the agent's words as the caller heard them (``[cut]`` when interrupted)."""
+
+    def __init__(self) -> None:
+        self._lines: list[list[Any]] = []  # [who, text, turn_id]
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TranscriptEvent) and event.final and not event.speculative:
+            for line in reversed(self._lines):
+                if line[0] == "agent":
+                    break
+                if line[2] == event.turn_id:
+                    line[1] = event.text
+                    return
+            self._lines.append(["caller", event.text, event.turn_id])
+        elif isinstance(event, AgentSpeech) and (event.heard_text or not event.interrupted):
+            # (a reply cut before a word of it was heard — the caller went on — is no line)
+            self._lines.append(["agent", event.heard_text + (" [cut]" if event.interrupted else ""),
+                                event.turn_id])
+
+    @property
+    def lines(self) -> list[tuple[str, str]]:
+        """(``"caller"`` | ``"agent"``, text) in call order."""
+        return [(who, text) for who, text, _ in self._lines]
+
+    def text(self) -> str:
+        return transcript_text(self.lines)
+
+
+def transcript_text(lines: list[tuple[str, str]]) -> str:
+    """``who: text`` lines, as written to ``transcript.txt``."""
+    return "".join(f"{who}: {text}\n" for who, text in lines)

@@ -25,20 +25,34 @@ Policy (defaults in :class:`TurnPolicy`):
   back and waits up to ``digit_hold_ms`` of silence.
 * Speech that resumes before the reply is audible reopens the *same* turn (its reply is cancelled):
   two transcripts close together get one reply, never two.
+  The same hold applies to a number still being read out in any grouping (a 3-3-4 phone number
+  with 1 s pauses; :mod:`rejoinder.dictation`) as soon as the speculative transcript shows it —
+  taking back a commit already made while the reply is not yet audible — and never to a turn
+  that ends in a complete number ("order 4217").
 * Caller speech while the agent is audible *holds* the agent's audio at once (it stops at the
   caller within a VAD window). ``barge_in_ms`` of voiced speech confirms a barge-in: the reply is
-  cut and a new turn opens at the onset. Shorter speech is transcribed when it ends: a backchannel
-  ("uh-huh", "yeah", "right" — ``backchannels``) or noise with no words resumes the reply exactly
-  where it stopped and triggers no LLM call; anything else ("no", "stop") is a barge-in.
+  cut and a new turn opens at the onset. Shorter speech is transcribed when it ends and judged on
+  its duration, the recogniser's confidence and its words together
+  (:func:`rejoinder.sounds.overlap_verdict`): a backchannel ("uh-huh", "mm-hmm" heard as "M."),
+  a noise or an unclear fragment resumes the reply exactly where it stopped and triggers no LLM
+  call; anything else ("no", "stop", "Thursday!") is a barge-in.
+* A caller turn that is only a low-confidence hallucination ("The" on background babble;
+  :func:`rejoinder.sounds.noise_verdict`) is *rejected*: no reply, recorded as rejected noise.
+* Idle (``idle``, off by default): ``idle.reprompt_ms`` after the agent's last audio finished
+  *playing at the caller* (or after the caller's last sound) with no caller speech, the agent
+  reprompts ("Are you still there?"); ``idle.hangup_ms`` after that reprompt finished playing it
+  says goodbye and ends the call. Both are agent-initiated turns with their own turn id.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .dictation import NumberPolicy
+from .sounds import SoundPolicy, only_phrases, words
 
 
 class State(enum.Enum):
@@ -49,11 +63,32 @@ class State(enum.Enum):
     SPEAKING = "speaking"
 
 
+class IdlePolicy(BaseModel):
+    """No-input handling (ms); off while ``reprompt_ms`` is None. The timer starts when the
+    agent's audio has finished playing at the caller, so it never fires after a long reply."""
+
+    model_config = ConfigDict(extra="forbid")
+    reprompt_ms: float | None = Field(None, gt=0, description="caller silence before the reprompt")
+    hangup_ms: float | None = Field(None, gt=0, description="further silence after the reprompt "
+                                    "before the agent says goodbye and hangs up (None: never)")
+    reprompt_text: str = Field("Are you still there?", min_length=1)
+    goodbye_text: str = Field("I haven't heard anything, so I'll end the call now. Goodbye!",
+                              min_length=1)
+
+
 class TurnPolicy(BaseModel):
     """Turn-taking thresholds (ms unless stated)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    vad_threshold: float = Field(0.5, gt=0, lt=1, description="VAD speech probability that starts "
+                                 "speech")
+    vad_neg_threshold: float = Field(0.35, gt=0, lt=1, description="VAD probability under which a "
+                                     "window is silence (hysteresis; ≤ vad_threshold)")
+    min_speech_ms: float = Field(64, ge=0, description="voiced time before a VAD onset counts "
+                                 "(shorter clicks and bursts are ignored)")
+    vad_reset_ms: float | None = Field(1000, gt=0, description="silence after which the VAD "
+                                       "model's state is reset (None: never; rejoinder.vad)")
     pause_ms: float = Field(160, ge=0, description="VAD silence that counts as a pause")
     eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
     eot_text_threshold: float = Field(0.12, ge=0, le=1, description="lower probability that commits "
@@ -67,6 +102,29 @@ class TurnPolicy(BaseModel):
          "sure", "i see", "got it", "alright", "uh", "um", "ah", "oh"),
         description="short utterances that acknowledge without taking the turn")
     promote_interim_ms: float = Field(2500, gt=0, description="commit a turn with only interim text")
+    sounds: SoundPolicy = Field(default_factory=SoundPolicy, description="backchannels, noise and "
+                                "hallucinations (rejoinder.sounds)")
+    numbers: NumberPolicy = Field(default_factory=NumberPolicy, description="numbers callers read "
+                                  "out (rejoinder.dictation)")
+    idle: IdlePolicy = Field(default_factory=IdlePolicy, description="no-input reprompt and hang-up")
+
+    def merged(self, overrides: dict) -> "TurnPolicy":
+        """A copy with ``overrides`` merged over it (nested settings merged key by key), e.g.
+        ``{"idle": {"reprompt_ms": 4000}}``. Raises pydantic's ValidationError for a bad key."""
+        if not overrides:
+            return self
+
+        def merge(a: dict, b: dict) -> dict:
+            return {**a, **{k: merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict)
+                            else v for k, v in b.items()}}
+        return TurnPolicy.model_validate(merge(self.model_dump(), overrides))
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> "TurnPolicy":
+        if self.vad_neg_threshold > self.vad_threshold:
+            raise ValueError(f"vad_neg_threshold ({self.vad_neg_threshold}) must not exceed "
+                             f"vad_threshold ({self.vad_threshold})")
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +158,35 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class Resume:
-    """It was a backchannel or noise: resume the held reply where it stopped."""
+    """It was a backchannel or noise: resume the held reply where it stopped. ``reason`` is the
+    verdict (:func:`rejoinder.sounds.overlap_verdict`)."""
 
     turn_id: int
+    reason: str = "backchannel"
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The turn was only noise or a hallucination: no reply (``reason`` from
+    :func:`rejoinder.sounds.noise_verdict`)."""
+
+    turn_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reprompt:
+    """The caller has been silent for ``idle.reprompt_ms``: say the reprompt as turn ``turn_id``."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndCall:
+    """Say goodbye as turn ``turn_id``, then hang up once it has played (``reason``: why)."""
+
+    turn_id: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,28 +205,17 @@ class CancelReply:
     reason: str  # "reopen" | "barge_in"
 
 
-Action = OpenTurn | Speculate | Commit | CancelReply | Hold | Resume | CheckBackchannel
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z']+", text.lower().replace("-", " "))
+Action = (OpenTurn | Speculate | Commit | CancelReply | Hold | Resume | CheckBackchannel | Reject
+          | Reprompt | EndCall)
 
 
 def is_backchannel(text: str, policy: "TurnPolicy") -> bool:
     """True when ``text`` (a transcript of short overlapping speech) is empty (noise, a cough) or
     made only of backchannel words such as "uh-huh", "yeah", "right" (``policy.backchannels``),
-    matched word by word, longest phrase first."""
-    words = _words(text)
-    phrases = sorted((_words(p) for p in policy.backchannels), key=len, reverse=True)
-    i = 0
-    while i < len(words):
-        for ph in phrases:
-            if ph and words[i:i + len(ph)] == ph:
-                i += len(ph)
-                break
-        else:
-            return False
-    return True
+    matched word by word, longest phrase first. The lexical part of the verdict only: the
+    session decides with :func:`rejoinder.sounds.overlap_verdict`, which also weighs the
+    sound's duration and the recogniser's confidence."""
+    return only_phrases(words(text), policy.backchannels)
 
 
 class TurnTaker:
@@ -159,12 +232,17 @@ class TurnTaker:
         self._ends_in_digit = False
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
         self._text_complete = False
-        self._question = False
+        self._decisive = False
+        self._noise: str | None = None  # the current pause's transcript is only noise
+        self._idle_since: float | None = None  # when the caller's silence started to count
+        self._reprompted = False  # a reprompt was said since the caller last took a turn
+        self.goodbye_turn: int | None = None  # the turn saying goodbye (the call ends after it)
 
     # --- observations -------------------------------------------------------------------
     def speech_onset(self, at_ms: float, now: float) -> list[Action]:
         """VAD says the caller started speaking; ``at_ms`` is the first voiced sample."""
         self._speech_since = at_ms
+        self._idle_since = None
         if self.state is State.LISTENING:
             return self._open(at_ms)
         if self.state is State.USER_PAUSED:
@@ -200,8 +278,9 @@ class TurnTaker:
         self.last_voiced_ms = last_voiced_ms
         self._eot_prob = None
         self._text_complete = False
-        self._question = False
+        self._decisive = False
         self._ends_in_digit = False
+        self._noise = None
         return [Speculate(self.turn_id, last_voiced_ms)]
 
     def eot_result(self, turn_id: int, probability: float, now: float) -> list[Action]:
@@ -212,15 +291,30 @@ class TurnTaker:
         return self._decide(now)
 
     def transcript_result(self, turn_id: int, complete: bool, number_open: bool,
-                          now: float, question: bool = False) -> list[Action]:
+                          now: float, question: bool = False, noise: str | None = None,
+                          number_complete: bool = False) -> list[Action]:
         """The speculative transcript of the current pause is ready: ``complete`` when it reads
         as a finished utterance (terminal punctuation, or a closed phrase such as "thank you");
-        ``number_open`` when it ends in a number still being read out (holds the turn);
-        ``question`` when it ends with a question mark (complete whatever the model says)."""
-        if turn_id != self.turn_id or self.state is not State.USER_PAUSED:
+        ``number_open`` when it ends in a number still being read out (holds the turn, taking
+        back a commit whose reply is not audible yet); ``question`` when it ends with a question
+        mark, ``number_complete`` when it ends in a whole number of an expected format ("order
+        4217.": Smart Turn hears list intonation in digits read out) — with ``complete``, either
+        ends the turn whatever the model says; ``noise`` (a reason) when the turn so far is only
+        noise or a hallucination: if it ends here, it is rejected instead of committed."""
+        if turn_id != self.turn_id:
+            return []
+        if self.state is State.THINKING:  # committed before the transcript came: reconsider
+            if noise is not None:
+                self.state = State.LISTENING
+                return [CancelReply(turn_id, "noise"), Reject(turn_id, noise)]
+            if number_open:
+                return self.hold_for_digits(turn_id, now)
+            return []
+        if self.state is not State.USER_PAUSED:
             return []
         self._text_complete = complete and not number_open
-        self._question = question
+        self._decisive = question or (number_complete and not number_open)
+        self._noise = noise
         if number_open:
             self._ends_in_digit = True
         return self._decide(now)
@@ -230,7 +324,7 @@ class TurnTaker:
         if p is not None and not self._ends_in_digit:
             if p >= self.policy.eot_threshold:
                 return self._commit("model", p)
-            if self._text_complete and (p >= self.policy.eot_text_threshold or self._question):
+            if self._text_complete and (p >= self.policy.eot_text_threshold or self._decisive):
                 return self._commit("model+transcript", p)
         return self.tick(now)
 
@@ -244,11 +338,13 @@ class TurnTaker:
         return [CancelReply(turn_id, "digit_hold"), *self.tick(now)]
 
     def tick(self, now: float) -> list[Action]:
-        """Time passes: apply the silence timeout."""
+        """Time passes: apply the silence timeout, and the idle reprompt / hang-up."""
         if self.state is State.USER_PAUSED:
             limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
             if now - self.last_voiced_ms >= limit:
                 return self._commit("timeout", self._eot_prob if self._eot_prob is not None else 0.0)
+        elif self.state is State.LISTENING and self._speech_since is None:
+            return self._idle(now)
         return []
 
     def next_deadline(self) -> float | None:
@@ -256,17 +352,46 @@ class TurnTaker:
         if self.state is State.USER_PAUSED:
             limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
             return self.last_voiced_ms + limit
+        wait = self._idle_wait()
+        if self.state is State.LISTENING and wait is not None and self._idle_since is not None:
+            return self._idle_since + wait
         return None
 
-    def backchannel_result(self, turn_id: int, backchannel: bool, now: float) -> list[Action]:
-        """Verdict on short overlapping speech: resume the reply, or treat it as a barge-in."""
+    def _idle_wait(self) -> float | None:
+        idle = self.policy.idle
+        if idle.reprompt_ms is None or self.goodbye_turn is not None:
+            return None
+        return idle.hangup_ms if self._reprompted else idle.reprompt_ms
+
+    def _idle(self, now: float) -> list[Action]:
+        wait = self._idle_wait()
+        if wait is None:
+            return []
+        if self._idle_since is None:  # silence counts from now (call start, a rejected noise)
+            self._idle_since = now
+            return []
+        if now - self._idle_since < wait:
+            return []
+        self._idle_since = None
+        self.turn_id += 1
+        self.state = State.THINKING
+        if not self._reprompted:
+            self._reprompted = True
+            return [Reprompt(self.turn_id)]
+        self.goodbye_turn = self.turn_id
+        return [EndCall(self.turn_id, "no_input")]
+
+    def backchannel_result(self, turn_id: int, backchannel: bool, now: float,
+                           reason: str = "backchannel") -> list[Action]:
+        """Verdict on short overlapping speech: resume the reply (``reason`` says why), or treat
+        it as a barge-in."""
         overlap, self._overlap = self._overlap, None
         if turn_id != self.turn_id or self.state is not State.SPEAKING or overlap is None:
             return []
         if self._speech_since is not None:  # the caller is talking again: let barge-in decide
             return []
         if backchannel:
-            return [Resume(turn_id)]
+            return [Resume(turn_id, reason)]
         actions = self._barge_in(overlap[0])
         return actions + self.speech_pause(overlap[1], now)
 
@@ -288,21 +413,31 @@ class TurnTaker:
         return False
 
     def agent_done(self, turn_id: int, now: float) -> list[Action]:
-        """The reply of ``turn_id`` finished (or failed) without being cut."""
+        """The reply of ``turn_id`` finished (or failed) without being cut; ``now`` is when its
+        last sample played at the caller, where the idle timer starts."""
         if turn_id == self.turn_id and self.state in (State.SPEAKING, State.THINKING):
             self.state = State.LISTENING
+            self._idle_since = now
         return []
 
     # --- transitions --------------------------------------------------------------------
     def _open(self, at_ms: float) -> list[Action]:
         self.turn_id += 1
         self.state = State.USER_SPEAKING
+        self._ends_in_digit = False
         return [OpenTurn(self.turn_id, at_ms)]
 
     def _commit(self, reason: str, probability: float) -> list[Action]:
+        if self._noise is not None:  # the turn was only noise: no reply
+            self.state = State.LISTENING
+            return [Reject(self.turn_id, self._noise)]
         self.state = State.THINKING
+        self._reprompted = False  # the caller took a turn: idle handling starts over
         return [Commit(self.turn_id, reason, probability, self.last_voiced_ms)]
 
     def _barge_in(self, at_ms: float) -> list[Action]:
         cut = CancelReply(self.turn_id, "barge_in")
+        if self.goodbye_turn == self.turn_id:  # the caller spoke up over the goodbye: stay
+            self.goodbye_turn = None
+            self._reprompted = False
         return [cut, *self._open(at_ms)]

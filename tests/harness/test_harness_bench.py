@@ -33,7 +33,8 @@ async def test_sweep_runs_every_level_and_stores_every_call(store, tmp_path):
     lv = s["levels"][0]
     assert set(lv["v2v_ms"]) == {"p50", "p90", "p95", "p99"} and lv["v2v_ms"]["p50"] > 0
     assert set(lv["segments"]) == set(SEGMENTS)
-    assert lv["task_success"] == {"alpha": {"ok": 1, "n": 1, "rate": 1.0}, "beta": {"ok": 1, "n": 1, "rate": 1.0}}
+    assert lv["task_success"] == {"alpha": {"ok": 1, "n": 1, "rate": 1.0, "failures": []},
+                                  "beta": {"ok": 1, "n": 1, "rate": 1.0, "failures": []}}
     assert lv["stalls"] == {"count": 0, "total_ms": 0.0, "turns_with_stalls": 0}
     res = lv["resources"]
     assert res["rss_peak_mb"] > 0 and res["cpu_s"] > 0 and res["caller_cpu_s"] > 0
@@ -101,3 +102,23 @@ async def test_cancelling_a_sweep_keeps_finished_calls(store, tmp_path):
         done.append(True)
     run = store.runs()[0]
     assert done and run["status"] == "cancelled" and len(store.calls(run["id"])) == 1
+
+
+def test_turn_taking_summary_counts_and_endpointing_after_dictation():
+    from rejoinder.harness.summary import turn_taking_summary
+
+    def t(text, endpointing, v2v=900.0):
+        return {"transcript": text, "v2v_ms": v2v, "segments": {"endpointing": endpointing}}
+    turns = [t("4, 1, 5, 8, 6, 2, 3, 0, 7, 9.", 600.0), t("Order 4217", 200.0), t("order 42", 1500.0),
+             t("Hello.", 250.0), t("4 2 1 7", 9999.0, v2v=None), t("Thank you", 240.0)]
+    calls = [{"extra": {"turn_taking": {"resumed": {"backchannel": 1, "unclear": 2}, "rejected_noise": 2,
+                                        "idle_prompts": 2, "hangup": "no_input"}}},
+             {"extra": {"turn_taking": {"resumed": {"unclear": 1}, "rejected_noise": 0,
+                                        "idle_prompts": 0, "hangup": None}}},
+             {"extra": {}}]
+    s = turn_taking_summary(turns, calls)
+    assert s["resumed"] == {"backchannel": 1, "unclear": 3}
+    assert (s["rejected_noise"], s["idle_prompts"], s["hangups"]) == (2, 2, 1)
+    # answered turns ending in a number of ≥ 3 digits: 600, 200 (and not "order 42", not unanswered)
+    d = s["dictation_endpointing_ms"]
+    assert d["n"] == 2 and d["p50"] == 400.0 and d["p95"] == 580.0

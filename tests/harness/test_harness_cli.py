@@ -97,3 +97,32 @@ def test_scenarios_lists_the_bundled_suite():
 def test_public_names_resolve():
     import rejoinder.harness as h
     assert all(callable(getattr(h, name)) for name in h.__all__)
+
+
+def test_call_reports_the_scenario_expectations(tmp_path, fake_agent):
+    suite = tone_suite(tmp_path / "suite", names=("alpha",))
+    res = run("call", str(suite / "alpha.yaml"), "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.output
+    assert "✓ alpha: all 4 expectations met" in res.output
+    res = run("call", str(suite / "alpha.yaml"), "--out", str(tmp_path / "out"), "--json")
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert [x["turn_id"] for x in lines] == [1, 2]  # stdout: one object per turn, nothing else
+    saved = json.loads((tmp_path / "out" / "expectations.json").read_text())
+    assert saved == {"scenario": "alpha", "success": True, "checks": 4, "failures": [], "causes": []}
+    # a budget no reply can meet: reported like bench does
+    tight = tone_suite(tmp_path / "tight", names=("gamma",), budget=1)
+    res = run("call", str(tight / "gamma.yaml"), "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0 and "✗ gamma: 1 of 4 expectations failed" in res.output
+    assert "caller turn 1: V2V" in res.output and "over the budget of 1 ms" in res.output
+
+
+def test_bench_prints_each_scenario_outcome_and_the_turn_taking_table(tmp_path, fake_agent):
+    suite = tone_suite(tmp_path / "suite", names=("alpha",))
+    tone_suite(suite, names=("gamma",), budget=1)
+    res = run("bench", str(suite), "--concurrency", "1", store=tmp_path / "runs.sqlite")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "scenario outcomes" in out and "turn-taking with real callers" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("gamma"))
+    assert "0/1" in row and "over the budget of 1 ms" in row
+    assert "1/1" in next(line for line in out.splitlines() if line.strip().startswith("alpha"))

@@ -165,3 +165,76 @@ def test_numbers_may_be_heard_as_spoken():
                   "order fifty thirty-one", "Order 5031 is", "order five oh three one"):
         assert evaluate(sc, result([rec(1, 1800, heard=heard)]), TRUTH[:1]).success, heard
     assert not evaluate(sc, result([rec(1, 1800, heard="order five thousand and thirty two")]), TRUTH[:1]).success
+
+
+# --- caller realism: noise not answered, one turn per dictated number, idle, hang-up -----------
+def cues(*ats):
+    return [{"turn": i, "cue": "at", "at_ms": a, "missed": False} for i, a in enumerate(ats)]
+
+
+def test_noise_must_not_be_answered():
+    sc = scenario(turns=[{"kind": "noise", "audio": [{"silence_ms": 1}], "expect": {"answered": False}},
+                         {"at_ms": 4000, "audio": [{"silence_ms": 1}], "expect": {"answered": True}}])
+    truth = [(1, 4000.0, 5000.0)]
+    rejected = rec(1, 2500)  # babble committed, then rejected: no playback
+    rejected.status = "rejected_noise"
+    v = evaluate(sc, result([rejected, rec(2, 5300, pb=5800)]), truth, cues(500, 4000))
+    assert v.success, v.failures
+    answered = rec(1, 2500, pb=3100, heard="Sorry, I didn't catch that.")
+    answered.transcript = "The"
+    v = evaluate(sc, result([answered, rec(2, 5300, pb=5800)]), truth, cues(500, 4000))
+    assert v.failures == ["caller turn 1: a noise was answered (heard as 'The'; the agent said "
+                          "\"Sorry, I didn't catch that.\")"]
+    v = evaluate(sc, result([rejected]), truth, cues(500, 4000))
+    assert v.failures == ["caller turn 2: the agent did not answer it"]
+
+
+def test_a_dictated_number_must_be_heard_in_one_turn():
+    sc = scenario(turns=[{"audio": [{"silence_ms": 1}]},
+                         {"audio": [{"silence_ms": 1}], "expect": {"transcript_contains": ["415 862 3079"]}}])
+    one = rec(2, 5300, pb=5800)
+    one.transcript = "4, 1, 5, 8, 6, 2, 3, 0, 7, 9."
+    assert evaluate(sc, result([rec(1, 1800), one]), TRUTH).success
+    words = rec(2, 5300, pb=5800)
+    words.transcript = "four one five eight six two three oh seven nine"
+    assert evaluate(sc, result([rec(1, 1800), words]), TRUTH).success
+    # committed after "415 862": the rest is another turn
+    a, b = rec(2, 5050, pb=5600), rec(3, 5300, pb=5800)
+    a.transcript, b.transcript = "415 862", "3079."
+    v = evaluate(sc, result([rec(1, 1800), a, b]), [(0, 500.0, 1500.0), (1, 4000.0, 5000.0)])
+    assert v.failures == ["caller turn 2: no single turn heard '415 862 3079' (transcripts: "
+                          "['415 862', '3079.'])"]
+
+
+def idle_turns(reprompt_at: float, answer_end: float = 9000.0):
+    answer = rec(1, 1800, pb=2300, end=answer_end)
+    prompt = TurnRecord(2)
+    prompt.initiated = "idle_prompt"
+    prompt.stamps.update({"first_speakable_text": reprompt_at - 200, "playback_start": reprompt_at,
+                          "playback_end": reprompt_at + 1200})
+    prompt.heard_text = "Are you still there?"
+    return [answer, prompt]
+
+
+def test_idle_reprompt_belongs_to_the_silent_turn_and_must_wait_for_playback():
+    sc = scenario(turn_policy={"idle": {"reprompt_ms": 4000, "hangup_ms": 4000}},
+                  turns=[{"audio": [{"silence_ms": 1}]},
+                         {"audio": [{"silence_ms": 20000}], "after_agent_ms": 0,
+                          "expect": {"reply_contains": ["still there"]}}], hangs_up=False)
+    truth = [(0, 500.0, 1500.0)]
+    turns = idle_turns(13_300)
+    assert owners(turns, truth, cues(500, 9300)) == {1: 0, 2: 1}
+    assert evaluate(sc, result(turns), truth, cues(500, 9300)).success
+    # fired 4 s after the reply was *generated*, not after it finished playing
+    v = evaluate(sc, result(idle_turns(7_000)), truth, cues(500, 9300))
+    assert any("too soon" in f and "-2000 ms after" in f for f in v.failures), v.failures
+
+
+def test_hang_up_expectation():
+    sc = scenario(hangs_up=True)
+    ok = SimpleNamespace(turns=[], error=None, app=None, hangup="no_input")
+    assert evaluate(sc, ok, []).success
+    v = evaluate(sc, result([]), [])
+    assert v.failures == ["the agent did not end the call"]
+    v = evaluate(scenario(hangs_up=False), ok, [])
+    assert v.failures == ["the agent ended the call (no_input)"]

@@ -125,3 +125,89 @@ def test_scenario_hash_changes_with_the_script(tmp_path):
     b = load_scenario(write(tmp_path, GOOD.replace("100", "200"), "b.yaml"))
     assert scenario_hash(a) != scenario_hash(b) and len(scenario_hash(a)) == 16
     assert scenario_hash(a) == scenario_hash(load_scenario(tmp_path / "a.yaml"))
+
+
+def test_turn_policy_over_the_agent_is_validated_with_its_line(tmp_path):
+    p = write(tmp_path, GOOD + "turn_policy:\n  idle: {reprompt_sec: 4}\n")
+    msg = error_of(p)
+    assert f"{p}:6: field 'turn_policy'" in msg and "idle.reprompt_sec" in msg
+    sc = load_scenario(write(tmp_path, GOOD + "turn_policy:\n  idle: {reprompt_ms: 4000}\n", "b.yaml"))
+    from rejoinder.turns import TurnPolicy
+    assert TurnPolicy().merged(sc.turn_policy).idle.reprompt_ms == 4000
+
+
+@pytest.mark.parametrize("segment,why", [
+    ("{silence_ms: 100, level_dbfs: -40}", "silence_ms takes no"),
+    ("{mix: []}", "at least 1 item"),
+    ("{asterisk: hello, level_dbfs: 3}", "less than or equal to 0"),
+    ("{mix: [{asterisk: nope}]}", "prompt 'nope' not found"),
+])
+def test_segment_errors(tmp_path, segment, why):
+    p = write(tmp_path, f"name: x\nturns:\n  - audio:\n      - {segment}\n")
+    assert why in error_of(p)
+
+
+def test_cut_level_and_mix_render(tmp_path):
+    import asyncio
+
+    import numpy as np
+
+    from rejoinder.caller import render_turns
+    text = """\
+name: m
+turns:
+  - kind: noise
+    audio:
+      - asterisk: hello
+        start_ms: 100
+        duration_ms: 300
+        level_dbfs: -30
+  - audio:
+      - mix:
+          - asterisk: hello
+          - asterisk: auth-thankyou
+            level_dbfs: -20
+        duration_ms: 2500
+        level_dbfs: -40
+"""
+    sc = load_scenario(write(tmp_path, text))
+    cut, mix = asyncio.run(render_turns(sc))
+    rms = lambda x: 20 * np.log10(np.sqrt(np.mean((x.astype(np.float64) / 32768) ** 2)))  # noqa: E731
+    assert len(cut.pcm) == 16000 * 300 // 1000 and abs(rms(cut.pcm) - -30) < 0.2
+    assert len(mix.pcm) == 16000 * 2500 // 1000 and abs(rms(mix.pcm) - -40) < 0.2
+    # each voice is looped to the mix's length: no silent tail after the shorter prompt
+    assert np.abs(mix.pcm[-3200:].astype(np.int32)).max() > 0
+    h1 = scenario_hash(sc)
+    write(tmp_path, text.replace("auth-thankyou", "hello"))
+    assert scenario_hash(load_scenario(tmp_path / "s.yaml")) != h1  # a prompt inside a mix counts
+
+
+def test_the_caller_realism_set_is_in_the_bundled_suite():
+    """Issue 12: a backchannel and a short noise during a reply, background babble, silence
+    after a long reply, a 3-3-4 phone number read with 1 s pauses — real recordings."""
+    _, scs = load_suite(None)
+    by = {s.name: s for s in scs}
+    bc = by["backchannel-mm-real"].turns[1]
+    assert bc.barge_in_ms and bc.kind == "backchannel" and bc.expect.interrupts is False
+    assert [seg.asterisk for seg in bc.audio] == ["letters/m"] and bc.audio[0].duration_ms <= 600
+    noise = by["noise-during-reply-real"].turns[1]
+    assert noise.kind == "noise" and noise.expect.interrupts is False
+    assert noise.audio[0].file.startswith("audio/librivox") and noise.audio[0].duration_ms <= 400
+    babble = by["background-babble"]
+    stretches = [t for t in babble.turns if t.kind == "noise"]
+    assert len(stretches) == 2 and all(t.expect.answered is False for t in stretches)
+    for t in stretches:
+        mix = t.audio[0]
+        assert len(mix.mix) >= 6 and -45 <= mix.level_dbfs <= -35
+    idle = by["idle-after-long-reply"]
+    assert idle.hangs_up and idle.turn_policy["idle"]["reprompt_ms"] > 0
+    assert idle.turns[1].silent and "still there" in idle.turns[1].expect.reply_contains
+    phone = by["phone-number-pauses-real"].turns[0]
+    digits = [seg.asterisk for seg in phone.audio if seg.asterisk]
+    pauses = [seg.silence_ms for seg in phone.audio if seg.silence_ms]
+    assert len(digits) == 11 and pauses == [300, 800, 800]
+    assert phone.expect.transcript_contains == ["".join(d.split("/")[1] for d in digits[1:])]
+    for path in suite_files(None)[1]:
+        text = path.read_text()
+        if "librivox" in text:
+            assert "LibriVox" in text and "public domain" in text, path

@@ -82,3 +82,31 @@ async def test_live_calls_are_recorded_in_the_harness_run_store(tmp_path):
         [turn] = store.turns(run["id"])
         assert turn["v2v_ms"] is not None
         assert "playback_start" not in turn["estimated"]
+
+
+async def test_the_agent_hangs_up_a_silent_caller_and_the_socket_closes(tmp_path):
+    import time
+
+    import websockets
+
+    from rejoinder.turns import IdlePolicy, TurnPolicy
+    provider = FakeProvider()
+    provider.policy = TurnPolicy(idle=IdlePolicy(reprompt_ms=800, hangup_ms=800))
+    srv = start_server(provider, tmp_path)
+    client = BrowserLikeClient(f"ws://{srv.base}/ws")
+    t0 = time.perf_counter()
+    try:
+        await client.call(np.concatenate([silence(300), tone(800)]), tail_ms=15000)
+    except websockets.ConnectionClosed:
+        pass
+    finally:
+        srv.__exit__()
+    took = time.perf_counter() - t0
+    assert client.close_code == 1000 and client.close_reason == "the agent hung up (no_input)"
+    assert took < 12  # well before the caller's 15 s of silence ran out
+    said = [m["text"] for m in client.of_type("agent")]
+    assert said[-2:] == ["Are you still there?",
+                         "I haven't heard anything, so I'll end the call now. Goodbye!"]
+    lines, meta = read_timeline(tmp_path)
+    assert meta["ended"] == {"code": 1000, "reason": "the agent hung up (no_input)"}
+    assert [t["status"] for t in meta["turns"]][-2:] == ["idle_prompt", "idle_prompt"]

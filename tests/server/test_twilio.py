@@ -139,3 +139,19 @@ def test_ulaw_codec_matches_g711():
     x = (np.sin(np.arange(8000) / 7) * 20000).astype(np.int16)
     err = np.abs(ulaw_decode(ulaw_encode(x)).astype(np.int32) - x)
     assert err.max() <= 512 and err.mean() < 150
+
+
+async def test_twilio_stream_is_closed_when_the_agent_hangs_up(tmp_path):
+    from rejoinder.turns import IdlePolicy, TurnPolicy
+    provider = FakeProvider()
+    provider.policy = TurnPolicy(idle=IdlePolicy(reprompt_ms=800, hangup_ms=800))
+    srv = start_server(provider, tmp_path)
+    t0 = time.perf_counter()
+    try:
+        tw = FakeTwilio(f"ws://{srv.base}/twilio", np.concatenate([silence(300), tone(800), silence(15000)]))
+        await tw.run()
+    finally:
+        srv.__exit__()
+    assert tw.close_code == 1000 and time.perf_counter() - t0 < 12
+    _, meta = read_timeline(tmp_path)
+    assert meta["ended"]["reason"] == "the agent hung up (no_input)"

@@ -160,30 +160,54 @@ class WhisperSTT:
         Raises:
             PortError: CTranslate2 failed.
         """
+        return self.decode_sync(audio, short_window=short_window).text
+
+    def decode_sync(self, audio: np.ndarray, *, short_window: bool | None = None,
+                    dropped: threading.Event | None = None) -> Transcript:
+        """Transcribe one utterance (1-D float32, 16 kHz) into a final :class:`Transcript` with
+        the decoder's confidence: ``no_speech_prob`` (the probability of Whisper's
+        ``<|nospeech|>`` token at the first step) and ``avg_logprob`` (the sum of the token
+        log-probabilities over ``tokens + 1``, as faster-whisper and OpenAI's ``transcribe.py``
+        compute it). Empty audio gives an empty transcript with no confidence. When ``dropped``
+        is set by the time this call gets the model (one decode at a time), it returns an empty
+        transcript at once: a request its caller gave up on does not queue behind the others.
+
+        Raises:
+            PortError: CTranslate2 failed.
+        """
         x = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
         if x.size == 0:
-            return ""
+            return Transcript(text="", final=True)
         short = self.short_window if short_window is None else short_window
         try:
             with self._lock:
+                if dropped is not None and dropped.is_set():
+                    return Transcript(text="", final=True)
                 if short and x.size <= 30 * SAMPLE_RATE:
-                    text = self._transcribe_short(x)
-                    if text is not None:
-                        return text
+                    tr = self._transcribe_short(x)
+                    if tr is not None:
+                        return tr
                 return self._transcribe_standard(x)
         except PortError:
             raise
         except Exception as exc:
             raise PortError(f"Whisper transcription failed: {exc}") from exc
 
-    def _transcribe_standard(self, x: np.ndarray) -> str:
+    def _transcribe_standard(self, x: np.ndarray) -> Transcript:
         segments, _info = self._model.transcribe(
             x, language=self.language, beam_size=1, without_timestamps=True,
             condition_on_previous_text=False, vad_filter=False, temperature=0.0,
             initial_prompt=self.initial_prompt, hotwords=self.hotwords)
-        return " ".join(s.text.strip() for s in segments).strip()
+        segs = list(segments)
+        text = " ".join(s.text.strip() for s in segs).strip()
+        if not segs:  # faster-whisper skipped every window as silence
+            return Transcript(text=text, final=True)
+        weights = [max(1, len(s.tokens)) for s in segs]
+        avg = sum(s.avg_logprob * w for s, w in zip(segs, weights)) / sum(weights)
+        return Transcript(text=text, final=True, no_speech_prob=float(segs[0].no_speech_prob),
+                          avg_logprob=float(avg))
 
-    def _transcribe_short(self, x: np.ndarray) -> str | None:
+    def _transcribe_short(self, x: np.ndarray) -> Transcript | None:
         import ctranslate2
         from faster_whisper.transcribe import get_suppressed_tokens
 
@@ -211,22 +235,33 @@ class WhisperSTT:
         max_new = min(224, 10 + int(x.size / SAMPLE_RATE * 8))  # speech is ≈ 4–5 tokens per second
         result = self._model.model.generate(
             enc, [prompt], beam_size=1, max_length=len(prompt) + max_new, suppress_blank=True,
-            suppress_tokens=get_suppressed_tokens(tok, [-1]), return_scores=False)[0]
+            suppress_tokens=get_suppressed_tokens(tok, [-1]), return_scores=True,
+            return_no_speech_prob=True)[0]
         ids = result.sequences_ids[0]
         text = tok.decode(ids).strip()
         if len(ids) >= max_new or _looks_looped(text):
             self.short_fallbacks += 1
             return None
-        return text
+        # CTranslate2 returns the cumulative log-probability divided by len(ids) (length
+        # penalty 1); undo that and average over len + 1 like faster-whisper (end token).
+        avg_logprob = result.scores[0] * len(ids) / (len(ids) + 1)
+        return Transcript(text=text, final=True, no_speech_prob=float(result.no_speech_prob),
+                          avg_logprob=float(avg_logprob))
 
     # -- STTPort ------------------------------------------------------------------------------
     async def stream(self, audio: AsyncIterable[np.ndarray]) -> AsyncIterator[Transcript]:
-        """Collect float32 16 kHz chunks until ``audio`` ends, then yield one final Transcript.
+        """Collect float32 16 kHz chunks until ``audio`` ends, then yield one final Transcript
+        with the decoder's confidence (:meth:`decode_sync`).
 
         Raises:
             PortError: transcription failed.
         """
         chunks = [np.asarray(c, dtype=np.float32).reshape(-1) async for c in audio]
         x = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-        text = await asyncio.to_thread(self.transcribe_sync, x)
-        yield Transcript(text=text, final=True)
+        dropped = threading.Event()
+        try:
+            tr = await asyncio.to_thread(self.decode_sync, x, dropped=dropped)
+        except asyncio.CancelledError:  # a newer pause superseded this request: if it has not
+            dropped.set()               # reached the model yet, it never will
+            raise
+        yield tr

@@ -29,6 +29,7 @@ import psutil
 
 from ..caller import RenderedTurn, render_turns
 from ..scenario import Scenario
+from ..timeline import transcript_text
 from .expect import evaluate
 from .stats import percentiles
 from .store import RunStore, now_iso
@@ -124,10 +125,6 @@ def ear_check(turns: list, onsets: list[float]) -> list[float | None]:
     return out
 
 
-def transcript_text(lines: list[tuple[str, str]]) -> str:
-    return "".join(f"{who}: {text}\n" for who, text in lines)
-
-
 async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts: BenchOptions,
                   t0: float) -> dict[str, Any]:
     """One call: play it, evaluate it, store it. Never raises for a failed call."""
@@ -145,7 +142,7 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
     try:
         res = await asyncio.wait_for(
             agent.call(job.turns, out_dir=out_dir, caller_phone=sc.caller_phone, tail_ms=sc.tail_ms,
-                       call_id=call_id), opts.call_timeout_s)
+                       call_id=call_id, turn_policy=sc.turn_policy), opts.call_timeout_s)
         caller = res.caller
         truth = caller.truth if caller else []
         verdict = evaluate(sc, res, truth, caller.cues if caller else [])
@@ -161,7 +158,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                    extra={"cues": caller.cues if caller else [], "causes": verdict.causes,
                           "truth": [list(t) for t in truth],
                           "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
-                          "control": res.control_metrics()})
+                          "control": res.control_metrics(),
+                          "turn_taking": res.turn_taking_metrics()})
     except Exception as exc:  # noqa: BLE001 — overload and crashes become data, not a dead sweep
         reason = "timed out" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else repr(exc)
         rec.update(duration_ms=round(1000.0 * (time.perf_counter() - t0) - offset_ms, 1), caller_cpu_s=None,

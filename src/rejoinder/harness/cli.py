@@ -17,8 +17,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..cliout import console, error, table_console
-from ..cliout import plain
+from ..cliout import console, error, plain, table_console
 from ..errors import RejoinderError
 
 err = console(stderr=True)
@@ -102,26 +101,50 @@ def print_summary(summary: dict[str, Any]) -> None:
                     str(lv["silences_over_1s_in_reply"]))
     if shown:
         out.print(ctl)
+    print_turn_taking(summary)
     cap = summary["capacity"]
     if cap.get("concurrency") is not None:
         out.print(f"capacity: up to [bold]{cap['concurrency']}[/] call(s) at once keep V2V p95 within "
                   f"{cap['factor']}× the single-level p95 ({cap['base_p95_ms']:.0f} ms → "
                   f"limit {cap['limit_ms']:.0f} ms)")
-    fails: dict[str, int] = {}
+    print_outcomes(summary)
+
+
+def print_turn_taking(summary: dict[str, Any]) -> None:
+    """Caller realism per level: sounds over replies the agent talked on after (by verdict),
+    turns rejected as noise, idle reprompts, agent hang-ups, endpointing after dictation."""
+    t = Table(title="turn-taking with real callers: talked on after a sound over the reply, noise "
+              "rejected, idle, endpointing after a dictated number (ms)", box=box.SIMPLE_HEAD)
+    for h in ("N", "backchannel", "non-speech", "unclear", "noise turns rejected", "idle prompts",
+              "hang-ups", "dictation endpt p50", "p95", "n"):
+        t.add_column(h, justify="right")
+    rows = 0
+    for lv in summary["levels"]:
+        tt = lv.get("turn_taking")
+        if not tt:
+            continue
+        rows += 1
+        res, d = tt["resumed"], tt["dictation_endpointing_ms"]
+        t.add_row(str(lv["concurrency"]), *(str(res.get(k, 0)) for k in ("backchannel", "non_speech", "unclear")),
+                  str(tt["rejected_noise"]), str(tt["idle_prompts"]), str(tt["hangups"]), _f(d["p50"]),
+                  _f(d["p95"]), str(d["n"]))
+    if rows:
+        out.print(t)
+
+
+def print_outcomes(summary: dict[str, Any]) -> None:
+    """Each scenario's outcome per level: calls that met every expectation, and why others did not."""
+    t = Table(title="scenario outcomes (calls that met every expectation)", box=box.SIMPLE_HEAD)
+    for h in ("scenario", "N", "ok", "failure causes", "first failed check"):
+        t.add_column(h, overflow="fold", justify="right" if h in ("N", "ok") else "left")
     for lv in summary["levels"]:
         for name, ts in lv["task_success"].items():
-            fails[name] = fails.get(name, 0) + ts["n"] - ts["ok"]
-    bad = {k: v for k, v in fails.items() if v}
-    if bad:
-        causes: dict[str, dict[str, int]] = {}
-        for lv in summary["levels"]:
-            for name, cs in (lv.get("failure_causes") or {}).items():
-                for cause, n in cs.items():
-                    causes.setdefault(name, {})[cause] = causes.get(name, {}).get(cause, 0) + n
-        out.print(plain("failed tasks: " + ", ".join(
-            f"{k} ×{v}" + (" (" + ", ".join(f"{c} ×{n}" for c, n in causes.get(k, {}).items()) + ")"
-                           if causes.get(k) else "") for k, v in bad.items())
-            + "  (see `rejoinder runs show` / the report)"))
+            why = (ts.get("failures") or [""])[0]
+            ok = f"{ts['ok']}/{ts['n']}"
+            causes = ", ".join(f"{c} ×{n}" for c, n in ((lv.get("failure_causes") or {}).get(name) or {}).items())
+            t.add_row(plain(name), str(lv["concurrency"]), ok if ts["ok"] == ts["n"] else f"[red]{ok}[/]",
+                      plain(causes), plain(why))
+    out.print(t)
 
 
 def register(app: typer.Typer) -> None:

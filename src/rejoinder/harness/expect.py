@@ -2,8 +2,9 @@
 
 Which agent turns answer which caller turn is decided from the caller's ground truth: an agent
 turn belongs to the last caller utterance that had ended when the runtime decided the turn was
-over (``eot_decided``). Everything else is read from what was measured: tool calls (name and
-arguments) per turn, the words the caller actually *heard* (an interrupted reply only counts up
+over (``eot_decided``). A turn the agent took on its own (an idle reprompt: no ``eot_decided``)
+belongs to the caller turn that was playing when it was heard (from the caller's cue log).
+Everything else is read from what was measured: tool calls (name and arguments) per turn, the words the caller actually *heard* (an interrupted reply only counts up
 to the cut; a number may be heard as digits or in any way a TTS reads it out), V2V, the
 interruption labels, and the application's database at the end of the call.
 
@@ -20,7 +21,9 @@ attributed to a cause (:attr:`Verdict.causes`, one per failure), from what was m
   wording, or a cut);
 * ``timeout`` — no reply was heard, or it came after the V2V budget;
 * ``interruption`` (barge-in expectations), ``unexpected tool``, ``state`` (final database),
-  ``call failed``.
+  ``call failed``;
+* ``turn-taking`` — a noise was answered, a number read out was split over turns, an idle
+  prompt came too soon after the agent's audio ended, or the agent did (not) hang up.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..scenario import Scenario
+from ..turns import TurnPolicy
 
 
 @dataclass
@@ -93,8 +97,10 @@ def _spoken_forms(words: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def owners(turns: list, truth: list[tuple[int, float, float]]) -> dict[int, int | None]:
-    """Agent turn id → index of the caller turn it answers (None when no caller turn had ended)."""
+def owners(turns: list, truth: list[tuple[int, float, float]],
+           cues: list[dict] | None = None) -> dict[int, int | None]:
+    """Agent turn id → index of the caller turn it answers (None when no caller turn had ended).
+    With ``cues``, a turn the agent took on its own belongs to the caller turn playing then."""
     out: dict[int, int | None] = {}
     ends = sorted((end, idx) for idx, _, end in truth)
     for r in turns:
@@ -104,8 +110,23 @@ def owners(turns: list, truth: list[tuple[int, float, float]]) -> dict[int, int 
             for end, idx in ends:
                 if end <= eot + 1.0:
                     owner = idx
+        elif r.initiated and cues and r.stamps:
+            owner = _playing_at(cues, min(r.stamps.values()))
         out[r.turn_id] = owner
     return out
+
+
+def _playing_at(cues: list[dict], t_ms: float) -> int | None:
+    """Index of the caller turn whose cue came last before ``t_ms`` (None before the first)."""
+    started = [c for c in cues if c["at_ms"] <= t_ms]
+    return max(started, key=lambda c: c["at_ms"])["turn"] if started else None
+
+
+def _digits_words(text: str) -> str:
+    """Lower-case letters and digits only, digit words as digits: "Four one-five, 555" → "415555"."""
+    from ..dictation import _DIGIT_WORDS
+    toks = re.findall(r"[a-z]+|\d+", text.lower())
+    return "".join(_DIGIT_WORDS.get(t, t) if t != "o" else t for t in toks)
 
 
 def _tool_matches(call: dict[str, Any], name: str, args: dict[str, Any]) -> bool:
@@ -141,7 +162,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         causes.append(cause)
         fails.append(text)
     turns = list(result.turns)
-    own = owners(turns, truth)
+    own = owners(turns, truth, cues)
     cue_at = {c["turn"]: c for c in cues or []}
     checks += 1
     if result.error:
@@ -187,6 +208,28 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                 fail("timeout", f"{label}: no reply was heard (V2V budget {ex.v2v_budget_ms:.0f} ms)")
             elif v2v > ex.v2v_budget_ms:
                 fail("timeout", f"{label}: V2V {v2v:.0f} ms over the budget of {ex.v2v_budget_ms:.0f} ms")
+        for want in ex.transcript_contains:
+            checks += 1
+            got = [r.transcript for r in mine if r.transcript]
+            if not any(_digits_words(want) in _digits_words(t) for t in got):
+                split = _digits_words(want) in _digits_words(" ".join(got))
+                fail("turn-taking" if split else "recognition error",
+                     f"{label}: no single turn heard {want!r} (transcripts: {got or 'none'})")
+        if ex.answered is not None:
+            checks += 1
+            start = cue["at_ms"] if cue is not None else None
+            nxt = cue_at.get(i + 1)
+            end = nxt["at_ms"] if nxt is not None else float("inf")
+            replies = [] if start is None else [
+                r for r in turns if "playback_start" in r.stamps and not r.initiated
+                and start <= r.stamps.get("eot_decided", -1.0) < end]
+            if ex.answered and not replies:
+                fail("timeout", f"{label}: the agent did not answer it")
+            elif not ex.answered and replies:
+                said = "; ".join(repr(r.heard_text) for r in replies)
+                heard_as = "; ".join(repr(r.transcript) for r in replies)
+                fail("turn-taking", f"{label}: a {spec.kind} was answered (heard as {heard_as}; "
+                     f"the agent said {said})")
         if ex.interrupts is not None:
             checks += 1
             at = cue["at_ms"] if cue is not None else None
@@ -212,6 +255,20 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         spoke = [r.turn_id for r in turns if "playback_start" in r.stamps]
         if spoke:
             fail("spoke", f"the agent spoke (turns {spoke}) but should have stayed silent")
+    if sc.hangs_up is not None:
+        checks += 1
+        hung = getattr(result, "hangup", None)
+        if sc.hangs_up and not hung:
+            fail("turn-taking", "the agent did not end the call")
+        elif not sc.hangs_up and hung:
+            fail("turn-taking", f"the agent ended the call ({hung})")
+    idle = TurnPolicy().merged(sc.turn_policy).idle if sc.turn_policy else None
+    if idle is not None and idle.reprompt_ms is not None:
+        checks += 1
+        early = _early_idle_prompts(turns, idle.reprompt_ms, idle.hangup_ms)
+        if early:
+            fail("turn-taking", "an idle prompt came too soon after the agent's audio finished "
+                 "playing: " + "; ".join(early))
     if sc.final_db:
         state = getattr(result, "final_state", None)
         for table, rows in sc.final_db.items():
@@ -230,3 +287,20 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                     want = {k: cols[k] for k in bad}
                     fail("state", f"final_db: {table} {row_id} has {bad}, expected {want}")
     return Verdict(not fails, checks, fails, own, causes)
+
+
+def _early_idle_prompts(turns: list, reprompt_ms: float, hangup_ms: float | None) -> list[str]:
+    """Idle prompts heard sooner than the shorter idle wait after the previous agent audio ended
+    (the timer must start when that audio has finished playing at the caller, not when it was
+    generated, so a long reply never triggers one early)."""
+    wait = min(reprompt_ms, hangup_ms or reprompt_ms)
+    out = []
+    for k, r in enumerate(turns):
+        if r.initiated != "idle_prompt" or "playback_start" not in r.stamps:
+            continue
+        ends = [e for p in turns[:k] if (e := p.stamps.get("playback_end", p.stamps.get("interrupted_at")))
+                is not None]
+        if ends and r.stamps["playback_start"] - max(ends) < wait:
+            out.append(f"turn {r.turn_id} {r.stamps['playback_start'] - max(ends):.0f} ms after, "
+                       f"expected ≥ {wait:.0f} ms")
+    return out

@@ -73,7 +73,7 @@ def scenario_hash(sc: Scenario) -> str:
         h.update(sc.model_dump_json().encode())
     base = Path(sc.path).parent if sc.path else Path(".")
     for turn in sc.turns:
-        for seg in turn.audio:
+        for seg in (src for top in turn.audio for src in top.sources()):
             f = None
             if seg.asterisk:
                 f = ASTERISK_DIR / f"{seg.asterisk}.wav"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ..dictation import dictated_digits
 from ..timeline import SEGMENTS
 from .stats import percentiles
 from .store import RunStore
@@ -57,13 +58,16 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "stalls": {"count": sum(t["stalls_n"] for t in turns),
                    "total_ms": round(sum(t["stalls_ms"] for t in turns), 1),
                    "turns_with_stalls": sum(1 for t in turns if t["stalls_n"])},
-        "task_success": {name: {"ok": sum(v), "n": len(v), "rate": round(sum(v) / len(v), 3)}
+        "task_success": {name: {"ok": sum(v), "n": len(v), "rate": round(sum(v) / len(v), 3),
+                                "failures": sorted({f for c in calls if c["scenario"] == name
+                                                    for f in c.get("failures") or []})[:5]}
                          for name, v in sorted(by_scn.items())},
         "task_success_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
         "failure_causes": failure_causes(calls),
         "failed_calls": sum(1 for c in calls if c.get("error")),
         "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
         **control_summary(calls),
+        "turn_taking": turn_taking_summary(turns, calls),
     }
     if stats:
         out["resources"] = {k: stats.get(k) for k in ("wall_s", "cpu_s", "cpu_pct", "cores",
@@ -97,6 +101,25 @@ def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
         "recoveries": sum(c["recoveries"] for c in ctl),
         "silences_over_1s_in_reply": sum(c["silences_over_1s"] for c in ctl),
     }
+
+
+def turn_taking_summary(turns: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Caller-realism figures over calls: replies that talked on after a caller sound (by
+    verdict), turns rejected as noise, idle prompts, agent hang-ups, and the endpointing delay
+    after dictation — ``eot_decided − user_speech_end`` in answered turns whose transcript ends
+    in a number of ≥ 3 digits (a number read out, held or not)."""
+    tt = [c["extra"]["turn_taking"] for c in calls if c.get("extra") and c["extra"].get("turn_taking")]
+    resumed: dict[str, int] = defaultdict(int)
+    for c in tt:
+        for why, n in c["resumed"].items():
+            resumed[why] += n
+    dictated = [float(t["segments"].get("endpointing", 0.0)) for t in turns
+                if t["v2v_ms"] is not None and dictated_digits(t.get("transcript") or "") >= 3]
+    return {"resumed": dict(resumed),
+            "rejected_noise": sum(c["rejected_noise"] for c in tt),
+            "idle_prompts": sum(c["idle_prompts"] for c in tt),
+            "hangups": sum(1 for c in tt if c["hangup"]),
+            "dictation_endpointing_ms": {**percentiles(dictated), "n": len(dictated)}}
 
 
 def capacity(levels: list[dict[str, Any]], factor: float = CAPACITY_FACTOR) -> dict[str, Any]:

@@ -24,10 +24,10 @@ import numpy as np
 from .. import telemetry
 from ..agent import Agent
 from ..clock import RealClock
-from ..events import AgentSpeech, Event, EventBus, TranscriptEvent
+from ..events import Event, EventBus
 from ..session import LINE_RATE, Session, Stack
 from ..stages import Stamper
-from ..timeline import Timeline
+from ..timeline import CallTranscript, Timeline
 from ..tools import CallContext
 from ..turns import TurnPolicy
 from .protocol import CallEnded, Close
@@ -74,6 +74,8 @@ class LiveCall:
         self.record = record
         self.timeline = Timeline(record.timeline_path)
         self.bus.subscribe(self.timeline)
+        self.transcript = CallTranscript()
+        self.bus.subscribe(self.transcript)
         self.bus.subscribe(self._on_event)
         self.telemetry = telemetry.observe_call(self.bus, call_id, self.clock, transport=transport)
         self.ctx = ctx
@@ -85,13 +87,13 @@ class LiveCall:
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
         self.meta: dict[str, Any] = {"call_id": call_id, "transport": transport,
                                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self.lines: list[tuple[str, str]] = []  # (caller | agent, text) as heard
         self.ended: CallEnded | None = None
         self._failure: CallEnded | None = None
         self._buf = np.zeros(FRAME, dtype=np.int16)
         self._fill = 0
         self._fed = 0                      # caller samples given to the session
         self._origin: float | None = None  # call-clock time of caller sample 0
+        self._downstream_lag_ms = downstream_lag_ms
 
     # --- caller audio in -----------------------------------------------------------------------
     def feed(self, pcm: np.ndarray, t_ms: float | None) -> None:
@@ -163,11 +165,12 @@ class LiveCall:
         """End the call at the next tick (for code that must not raise)."""
         self._failure = self._failure or exc
 
+    @property
+    def lines(self) -> list[tuple[str, str]]:
+        """(caller | agent, text) as heard: one caller line per turn."""
+        return self.transcript.lines
+
     def _on_event(self, ev: Event) -> None:
-        if isinstance(ev, TranscriptEvent) and ev.final and not ev.speculative:
-            self.lines.append(("caller", ev.text))
-        elif isinstance(ev, AgentSpeech):
-            self.lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
         if self.downlink is not None:
             self.send(self.downlink.event(ev))
 
@@ -175,10 +178,16 @@ class LiveCall:
         playout = self.session.playout
         held = False
         t = self.clock.now_ms()
+        hangup_at: float | None = None
         while True:
             await self.clock.pace(t)
             if self._failure is not None:
                 raise self._failure
+            if self.session.hangup is not None:  # the agent ended the call: close the line once
+                if hangup_at is None:             # the client has played out its buffer
+                    hangup_at = t + self._downstream_lag_ms
+                elif t >= hangup_at:
+                    raise CallEnded(Close.NORMAL, f"the agent hung up ({self.session.hangup})")
             if self.clock.now_ms() - t > RESYNC_MS:
                 t = self.clock.now_ms()
             r = playout.reply
