@@ -122,7 +122,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
         app.heard = heard_into_context
     error = None
     t = 0.0
-    over = _Overtalk()
+    over = Overtalk()
     try:
         while not caller.done and t < max_ms:
             await clock.pace(t)
@@ -152,7 +152,7 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller)
 
 
-class _Overtalk:
+class Overtalk:
     """Caller-side over-talk: from the caller's first voiced sample spoken over audible agent
     audio to the first frame in which the agent is silent at the caller's ear (20 ms resolution)."""
 

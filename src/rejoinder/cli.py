@@ -58,10 +58,29 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
          config: Optional[Path] = typer.Option(None, help="agent config YAML"),
          tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
          llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
-         json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout")) -> None:
+         json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout"),
+         target: Optional[str] = typer.Option(None, help="call an agent over a socket instead: ws://HOST:PORT/PATH"),
+         protocol: str = typer.Option("auto", help="with --target: twilio | rejoinder | auto"),
+         target_token: Optional[str] = typer.Option(None, envvar="REJOINDER_TARGET_TOKEN",
+                                                    help="with --target: the target's token"),
+         jitter_ms: float = typer.Option(60.0, help="with --target: the caller's jitter buffer (ms)")) -> None:
     """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
     from .agent import Agent, load_caller
     from .config import load_config
+    if target:
+        from .harness.remote import cli as remote_cli
+        try:
+            result = remote_cli.call(source=source, target_url=target, protocol=protocol, token=target_token,
+                                     jitter_ms=jitter_ms, out=out, json_out=json_out)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted[/]: the recording so far is in {out}")
+            raise typer.Exit(130)
+        except RejoinderError as exc:
+            _fail(exc)
+        print_turns(result, json_out)
+        if result.error:
+            raise typer.Exit(1)
+        return
     try:
         cfg = load_config(config)
         if tts:
@@ -96,7 +115,7 @@ def demo(out: Path = typer.Option(Path("out/demo")),
          tts: Optional[str] = typer.Option(None, help="piper | espeak"),
          json_out: bool = typer.Option(False, "--json")) -> None:
     """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)."""
-    call(BUNDLED_CALL, out=out, config=None, tts=tts, llm=None, json_out=json_out)
+    call(BUNDLED_CALL, out=out, config=None, tts=tts, llm=None, json_out=json_out, target=None)
 
 
 @app.command()

@@ -27,6 +27,7 @@ BoundaryName = Literal[
     "tts_request",
     "tts_first_audio",
     "first_audio_out",
+    "first_audio_in",
     "playout_start",
     "playback_start",
     "answer_start",

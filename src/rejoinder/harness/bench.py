@@ -147,7 +147,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                        call_id=call_id), opts.call_timeout_s)
         caller = res.caller
         truth = caller.truth if caller else []
-        verdict = evaluate(sc, res, truth, caller.cues if caller else [])
+        verdict = evaluate(sc, res, truth, caller.cues if caller else [], owned=getattr(res, "owners", None),
+                           observable=getattr(res, "observable", None))
         ears = ear_check(res.turns, caller.heard_onsets if caller else [])
         for r, ear in zip(res.turns, ears):
             s = r.summary()
@@ -161,6 +162,10 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                           "truth": [list(t) for t in truth],
                           "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
                           "control": res.control_metrics()})
+        if verdict.skipped:
+            rec["extra"]["skipped_checks"] = verdict.skipped
+        if getattr(res, "target", None):  # a remote agent: what it said about this call
+            rec["extra"]["target"] = res.target
         conn = getattr(getattr(res, "app", None), "conn", None)
         if conn is not None:
             conn.close()

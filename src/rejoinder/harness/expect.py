@@ -26,6 +26,7 @@ class Verdict:
     checks: int
     failures: list[str] = field(default_factory=list)
     owners: dict[int, int | None] = field(default_factory=dict)  # agent turn id → caller turn index
+    skipped: list[str] = field(default_factory=list)  # checks the agent's reports cannot support
 
 
 def _norm(v: Any) -> str:
@@ -34,6 +35,12 @@ def _norm(v: Any) -> str:
 
 def _words(text: str) -> str:
     return " " + " ".join(re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))) + " "
+
+
+def _digit_runs(words: str) -> str:
+    """``" 4 2 1 7 "`` → ``" 4217 "``: a transcript may write a number read digit by digit with
+    spaces or dashes (Whisper: "4-2-1-7"); joined, it matches the number as written."""
+    return re.sub(r"(?<= )(\d)(?: (\d)(?= ))+", lambda m: m.group(0).replace(" ", ""), words)
 
 
 def _spoken_forms(words: str) -> list[str]:
@@ -101,16 +108,24 @@ def db_rows(app: Any) -> dict[str, dict[str, dict[str, Any]]] | None:
 
 
 def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
-             cues: list[dict] | None = None) -> Verdict:
+             cues: list[dict] | None = None, *, owned: dict[int, int | None] | None = None,
+             observable: set[str] | None = None) -> Verdict:
     """Check ``result`` (a :class:`~rejoinder.callrun.CallResult`) against ``sc``.
 
     ``truth`` is the caller's ground truth ``(caller turn index, start_ms, end_ms)`` and ``cues``
-    the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`).
+    the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`). A remote agent gives
+    ``owned`` (agent turn id → caller turn index, from what the caller heard) and ``observable``:
+    which of ``"tools"`` and ``"db"`` it reports; checks it cannot support are listed in
+    :attr:`Verdict.skipped`, not failed. The final database is ``result.db_state`` when the
+    result carries one (a remote agent's report), else read from ``result.app``.
     """
     fails: list[str] = []
+    skipped: list[str] = []
     checks = 0
     turns = list(result.turns)
-    own = owners(turns, truth)
+    own = owned if owned is not None else owners(turns, truth)
+    see_tools = observable is None or "tools" in observable
+    see_db = observable is None or "db" in observable
     cue_at = {c["turn"]: c for c in cues or []}
     checks += 1
     if result.error:
@@ -124,15 +139,18 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
             checks += 1
             fails.append(f"{label}: the agent never spoke, so the scripted barge-in could not happen")
         calls = [t for r in mine for t in r.tools]
-        for tool in ex.tools:
+        if ex.tools and not see_tools:
+            skipped.append(f"{label}: tool calls (the agent does not report them)")
+        for tool in ex.tools if see_tools else ():
             checks += 1
             if not any(_tool_matches(c, tool.name, tool.args) for c in calls):
                 got = ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls) or "no tool"
                 fails.append(f"{label}: expected {tool.name}({tool.args}), got {got}")
         heard = _words(" ".join(r.heard_text for r in mine))
+        joined = _digit_runs(heard)
         for words in ex.reply_contains:
             checks += 1
-            if not any(_words(form) in heard for form in _spoken_forms(words)):
+            if not any(_words(form) in heard or _words(form) in joined for form in _spoken_forms(words)):
                 fails.append(f"{label}: the caller did not hear {words!r} (heard: {heard.strip()!r})")
         if ex.v2v_budget_ms is not None:
             checks += 1
@@ -155,7 +173,9 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                 elif not ex.interrupts and cut:
                     fails.append(f"{label}: a {spec.kind} cut the agent off (it should have talked on)")
     all_calls = [t for r in turns for t in r.tools]
-    if sc.only_expected_tools:
+    if sc.only_expected_tools and not see_tools:
+        skipped.append("only_expected_tools (the agent does not report its tool calls)")
+    elif sc.only_expected_tools:
         checks += 1
         allowed = {t.name for spec in sc.turns for t in spec.expect.tools}
         extra = sorted({c.get("name") for c in all_calls} - allowed)
@@ -166,8 +186,12 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         spoke = [r.turn_id for r in turns if "playback_start" in r.stamps]
         if spoke:
             fails.append(f"the agent spoke (turns {spoke}) but should have stayed silent")
-    if sc.final_db:
-        state = db_rows(getattr(result, "app", None))
+    if sc.final_db and not see_db:
+        skipped.append("final_db (the agent does not report its database)")
+    elif sc.final_db:
+        state = getattr(result, "db_state", None)
+        if state is None:
+            state = db_rows(getattr(result, "app", None))
         for table, rows in sc.final_db.items():
             for row_id, cols in rows.items():
                 checks += 1
@@ -182,4 +206,4 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                 if bad:
                     want = {k: cols[k] for k in bad}
                     fails.append(f"final_db: {table} {row_id} has {bad}, expected {want}")
-    return Verdict(not fails, checks, fails, own)
+    return Verdict(not fails, checks, fails, own, skipped)
