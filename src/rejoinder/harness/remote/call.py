@@ -118,6 +118,7 @@ async def play(link: Link, turns: list[RenderedTurn], *, tail_ms: float = 2500.0
             t0 = t = math.ceil(clock.now_ms() / FRAME_MS) * FRAME_MS
             while not caller.done and t - t0 < max_ms:
                 await clock.pace(t + FRAME_MS)      # the window [t, t+20) has been spoken
+                link.check()
                 frame = caller.next_frame(t - t0)
                 link.send_audio(frame, t)
                 heard = jb.play(t)

@@ -62,7 +62,7 @@ class JitterBuffer:
     """Sample-accurate playout of received audio with a jitter buffer ``depth_ms`` deep.
 
     Events for the protocol link (``(kind, key, t_ms, data)``) collect in :attr:`events` and are
-    drained by the caller loop: ``start`` (first voiced sample of a reply heard), ``stall``
+    drained by the caller loop; for replies with a key: ``start`` (first voiced sample heard), ``stall``
     (a reply's audio resumed after running dry: ``data["duration_ms"]``), ``cut`` (a ``clear``
     stopped audible audio), ``end`` (a reply marked ended has played out), ``mark`` (a Twilio
     mark reached, ``data["name"]``).
@@ -132,14 +132,13 @@ class JitterBuffer:
         at = max(math.ceil(now_ms * PER_MS), self._pos)
         self.clears.append(now_ms)
         cut = False
-        held = self._held is not None
+        held_at = self.holds[-1][0] if self._held is not None and self.holds else None
         for b in self._unplayed_bursts(at):
-            if b.played and b.cut_ms is None and (b.end_ms is None or b.end_ms >= now_ms or held):
-                b.cut_ms = min(now_ms, b.end_ms) if b.end_ms is not None else now_ms
-                if held and self.holds and self.holds[-1][1] is None:
-                    b.cut_ms = min(b.cut_ms, self.holds[-1][0])
+            if b.played and b.cut_ms is None:   # the caller was hearing it: it stops here
+                b.cut_ms = held_at if held_at is not None else now_ms
                 cut = True
-                self.events.append(("cut", b.key, b.cut_ms, {"played_ms": b.played / PER_MS}))
+                if b.key is not None:
+                    self.events.append(("cut", b.key, b.cut_ms, {"played_ms": b.played / PER_MS}))
         self._sched = deque(s for s in self._sched if s[0] < at)
         if self._sched:
             s = self._sched[-1]
@@ -153,11 +152,10 @@ class JitterBuffer:
         return cut
 
     def _unplayed_bursts(self, at: int) -> list[Burst]:
+        """Bursts with audio scheduled at or after sample ``at``, or held."""
         out = [s[2] for s in self._sched if s[0] + len(s[1]) > at]
         if self._held:
             out += [b for _, b in self._held]
-        if self.bursts and self.bursts[-1] not in out:
-            out.append(self.bursts[-1])
         return list(dict.fromkeys(out))
 
     def hold(self, now_ms: float) -> None:
@@ -231,7 +229,7 @@ class JitterBuffer:
         if len(loud):
             if b.first_voiced_ms is None:
                 b.first_voiced_ms = (a + int(loud[0])) / PER_MS
-                if b.key not in self._started:
+                if b.key is not None and b.key not in self._started:
                     self._started.add(b.key)  # type: ignore[arg-type]
                     self.events.append(("start", b.key, b.first_voiced_ms, {}))
             b.last_voiced_ms = (a + int(loud[-1]) + 1) / PER_MS

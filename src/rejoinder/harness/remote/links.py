@@ -61,7 +61,7 @@ async def connect(url: str, timeout_s: float, headers: dict[str, str] | None = N
 
     try:
         return await asyncio.wait_for(ws_connect(url, open_timeout=None, max_size=1 << 20, compression=None,
-                                                 ping_interval=None, close_timeout=2,
+                                                 ping_interval=None, close_timeout=1,
                                                  additional_headers=headers), timeout_s)
     except ConnectionRefusedError:
         raise TargetError(f"cannot connect to {url}: connection refused; is the target running and "
@@ -134,9 +134,17 @@ class Link:
                     return
                 raise CallFailed(self._closed_reason()) from None
 
-    def _closed_reason(self) -> str:
-        code = getattr(self.ws, "close_code", None)
-        reason = getattr(self.ws, "close_reason", "") or ""
+    def check(self) -> None:
+        """Raise :class:`CallFailed` at once when the target has sent a close frame (its reader
+        only sees it once the closing handshake completes, which a target that stopped reading
+        can hold up for seconds)."""
+        rcvd = getattr(getattr(self.ws, "protocol", None), "close_rcvd", None)
+        if rcvd is not None and not self.hanging_up:
+            raise CallFailed(self._closed_reason(rcvd.code, rcvd.reason))
+
+    def _closed_reason(self, code: int | None = None, reason: str | None = None) -> str:
+        code = code if code is not None else getattr(self.ws, "close_code", None)
+        reason = (reason if reason is not None else getattr(self.ws, "close_reason", "")) or ""
         said = self.reported.get("errors")
         tail = f"; it said: {said[-1]}" if said else ""
         return (f"the target hung up mid-call (close code {code}"

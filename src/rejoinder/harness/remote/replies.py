@@ -174,7 +174,7 @@ def build_records(replies: list[Reply], truth: list[tuple[int, float, float]], r
             records.append(rec)
             owners[next_id] = idx
             next_id += 1
-    records.sort(key=lambda r: min(r.stamps.values()))
+    records.sort(key=lambda r: r.stamps.get("playout_start", r.stamps.get("user_speech_end", 0.0)))
     if not keyed:  # number the turns in the order they happened
         remap = {rec.turn_id: k + 1 for k, rec in enumerate(records)}
         for rec in records:
