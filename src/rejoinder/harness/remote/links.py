@@ -22,6 +22,7 @@ import base64
 import binascii
 import json
 import secrets
+import time
 from typing import Any
 
 import numpy as np
@@ -99,12 +100,14 @@ class Link:
         self.hanging_up = False
         self.origin_ms = 0.0                   # call-clock time of the first caller sample sent
         self.frames_sent = 0
+        self.wall_origin_s: float | None = None
         self.reported: dict[str, Any] = {"clears": 0, "marks": 0}
         self._out: asyncio.Queue = asyncio.Queue(maxsize=OUTBOX_MAX)
         self._ready = asyncio.Event()
         self._drained = asyncio.Event()
 
     async def open(self) -> None:
+        self.wall_origin_s = time.time() - self.clock.now_ms() / 1000.0   # Unix time of clock zero
         self.ws = await connect(self.url, self.connect_timeout_s)
 
     async def wait_ready(self, timeout_s: float) -> None:

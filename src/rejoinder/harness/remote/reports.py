@@ -68,10 +68,15 @@ async def fetch_call(ws_url: str, ref: str, token: str | None, wait_s: float = 5
         await asyncio.sleep(0.1)
 
 
-def merge_report(result: RemoteCallResult, report: dict[str, Any], origin_ms: float, *, keyed: bool) -> None:
+def merge_report(result: RemoteCallResult, report: dict[str, Any], origin_ms: float, *, keyed: bool,
+                 wall_origin_s: float | None = None) -> None:
     """Join the target's report of the call into ``result`` (in place): internal boundaries on the
     caller's clock, tool calls per turn, the final database, and the target's self-reported
-    figures per turn (kept beside ours in ``result.target["self_reported"]``)."""
+    figures per turn (kept beside ours in ``result.target["self_reported"]``).
+
+    A target without turn summaries may list its tool calls with a Unix time ``at`` (seconds);
+    with ``wall_origin_s`` (the Unix time of the caller's clock zero, same machine) each is given
+    to the first reply whose audio arrived after it."""
     if "error" in report:
         result.target["report_error"] = report["error"]
         return
@@ -119,6 +124,15 @@ def merge_report(result: RemoteCallResult, report: dict[str, Any], origin_ms: fl
         rec.transcript = srv.get("transcript") or rec.transcript
         rec.errors.extend(srv.get("errors") or [])
         rec.recoveries.extend(srv.get("recoveries") or [])
+    if wall_origin_s is not None:
+        for t in report.get("tools") or []:
+            if "turn_id" in t or not isinstance(t.get("at"), (int, float)):
+                continue
+            at = 1000.0 * (t["at"] - wall_origin_s)
+            rec = min((r for r in result.turns if r.stamps.get("first_audio_in", -1.0) >= at),
+                      key=lambda r: r.stamps["first_audio_in"], default=None)
+            if rec is not None:
+                rec.tools.append({"name": t.get("name"), "args": t.get("args"), "start_ms": round(at, 3)})
     result.target["self_reported"] = selfrep
     if report.get("self_reported"):  # a target's own metrics beyond turn summaries (Pipecat's)
         result.target["metrics"] = report["self_reported"]

@@ -162,7 +162,8 @@ class RemoteTarget:
         if spec.reports and link.ref:
             report = await fetch_call(spec.url, link.ref, spec.token)
             if report is not None:
-                merge_report(result, report, link.origin_ms, keyed=link.protocol == "rejoinder")
+                merge_report(result, report, link.origin_ms, keyed=link.protocol == "rejoinder",
+                             wall_origin_s=link.wall_origin_s)
         result.transcript = transcript_lines(heard, p.caller, turns)
         write_records(out_dir, result)
         return result
