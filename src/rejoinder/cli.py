@@ -67,39 +67,30 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
     """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
     from .agent import Agent, load_caller
     from .config import load_config
-    if target:
-        from .harness.remote import cli as remote_cli
-        try:
+    try:
+        if target:
+            from .harness.remote import cli as remote_cli
             result = remote_cli.call(source=source, target_url=target, protocol=protocol, token=target_token,
                                      jitter_ms=jitter_ms, out=out, json_out=json_out)
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted[/]: the recording so far is in {out}")
-            raise typer.Exit(130)
-        except RejoinderError as exc:
-            _fail(exc)
-        print_turns(result, json_out)
-        if result.error:
-            raise typer.Exit(1)
-        return
-    try:
-        cfg = load_config(config)
-        if tts:
-            cfg.stack.tts = tts
-        if llm:
-            cfg.stack.llm = llm
-        from .adapters.registry import validate
-        validate(cfg.stack)
-        agent = Agent(cfg)
+        else:
+            cfg = load_config(config)
+            if tts:
+                cfg.stack.tts = tts
+            if llm:
+                cfg.stack.llm = llm
+            from .adapters.registry import validate
+            validate(cfg.stack)
+            agent = Agent(cfg)
 
-        async def main():
-            turns, phone, sc = await load_caller(source)
-            out.mkdir(parents=True, exist_ok=True)
-            with console.status("loading models…"):
-                await agent.warmup()
-            console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time)…")
-            return await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
+            async def main():
+                turns, phone, sc = await load_caller(source)
+                out.mkdir(parents=True, exist_ok=True)
+                with console.status("loading models…"):
+                    await agent.warmup()
+                console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time)…")
+                return await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
 
-        result = asyncio.run(main())
+            result = asyncio.run(main())
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {out}")
         raise typer.Exit(130)

@@ -51,7 +51,8 @@ async def test_a_rejoinder_target_reports_its_internals_and_tools(server, path):
     # the target's own moments, moved onto the caller's clock, split the wait
     assert {"endpointing", "transcription", "tts_ttfb", "arrival", "playout"} <= set(segs)
     assert sum(segs.values()) == pytest.approx(rec.v2v_ms(), abs=0.01)
-    assert 0 <= segs["arrival"] < 150                  # its first audio frame → the caller's socket
+    # its first audio frame left before it reached the caller's socket (the clock mapping is sound)
+    assert rec.stamps["first_audio_out"] <= rec.stamps["first_audio_in"] + 5.0
     assert segs["playout"] == pytest.approx(60.0, abs=0.1)
     assert [t["name"] for t in rec.tools] == ["lookup_order"] and rec.tools[0]["args"]["order_id"] == "4217"
     assert res.target["self_reported"][0]["v2v_ms"] is not None

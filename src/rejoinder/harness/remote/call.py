@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from ...caller import RenderedTurn, SimulatedCaller
-from ...callrun import Overtalk
+from ...callrun import CallResult, Overtalk
 from ...clock import RealClock
 from ...recording import WavWriter
-from ...timeline import TurnRecord
 from .jitter import JitterBuffer
 from .links import CallFailed, Link, TargetError
 from .replies import Heard, build_records, group_replies
@@ -39,22 +38,15 @@ log = logging.getLogger("rejoinder.harness.remote")
 
 
 @dataclass
-class RemoteCallResult:
-    """A finished remote call, shaped like :class:`rejoinder.callrun.CallResult` for the harness."""
+class RemoteCallResult(CallResult):
+    """A finished remote call: what :class:`rejoinder.callrun.CallResult` holds, plus which caller
+    turn each agent turn answers (from what was heard), what the target reports (``"tools"``,
+    ``"db"``), its final database, and what it said about the call (``target``)."""
 
-    call_id: str
-    turns: list[TurnRecord]
-    out_dir: Path | None
-    caller_cpu_s: float
-    duration_ms: float
-    transcript: list[tuple[str, str]] = field(default_factory=list)
-    error: str | None = None
-    caller: Any = None
     owners: dict[int, int | None] = field(default_factory=dict)
-    overtalk_ms: list[float] = field(default_factory=list)
-    observable: set[str] = field(default_factory=set)   # "tools", "db": what the target reports
+    observable: set[str] = field(default_factory=set)
     db_state: dict[str, Any] | None = None
-    target: dict[str, Any] = field(default_factory=dict)   # what the target said about this call
+    target: dict[str, Any] = field(default_factory=dict)
     heard: Heard | None = None
 
     def control_metrics(self) -> dict[str, Any]:

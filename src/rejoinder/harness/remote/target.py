@@ -133,8 +133,9 @@ class RemoteTarget:
     def describe(self) -> dict[str, Any]:
         """The target as recorded with a run: URL (no token), protocol, jitter buffer, what it
         reports about itself."""
+        health = {k: self.health.get(k) for k in ("status", "models", "max_calls")} if self.health else None
         return {"url": self.spec.shown_url, "protocol": self.spec.protocol, "jitter_ms": self.spec.jitter_ms,
-                "health": self.health, "info": self.info}
+                "health": health, "info": self.info}
 
     async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None, caller_phone: str | None = None,
                    tail_ms: float = 2500.0, call_id: str | None = None, max_ms: float = 900000.0,
