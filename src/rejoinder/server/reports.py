@@ -49,7 +49,9 @@ class CallReports:
             status="ended",
             ended=call.meta.get("ended"),
             duration_ms=call.meta.get("duration_ms"),
-            caller_origin_ms=call.record.caller_origin_ms,
+            # Media Streams: the lower envelope of (arrival − timestamp) over the whole call, a better
+            # estimate than the first frame's (which waits behind the call's set-up)
+            caller_origin_ms=call.meta.get("stream_origin_ms", call.record.caller_origin_ms),
             turns=turns,
             tools=[{"turn_id": t["turn_id"], **tool} for t in turns for tool in t.get("tools", [])],
             db=db_rows(app),

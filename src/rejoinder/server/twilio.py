@@ -155,6 +155,7 @@ class TwilioLink:
         now = self.call.clock.now_ms()
         arrival = now - 1000.0 * len(raw) / RATE - ts  # lower envelope of (arrival − timestamp)
         self._anchor = arrival if self._anchor is None else min(self._anchor, arrival)
+        self.call.meta["stream_origin_ms"] = self._anchor  # best estimate so far (call reports)
         pcm = self._up.resample_chunk(ulaw_decode(raw))
         if len(pcm):
             self.call.feed(pcm, self._anchor + ts)
