@@ -145,8 +145,9 @@ class JitterBuffer:
             if s[0] + len(s[1]) > at:
                 s[1] = s[1][:at - s[0]]
         self._end = min(self._end, at)
-        if self._held is not None:
-            self._held = []
+        if self._held is not None:  # a clear ends the pause too: nothing is left to resume
+            self._held = None
+            self.holds[-1] = (self.holds[-1][0], now_ms)
         while self._marks:  # Twilio sends back every mark a clear flushed, at once
             self.events.append(("mark", None, now_ms, {"name": self._marks.popleft()[1], "cleared": True}))
         return cut
