@@ -7,8 +7,8 @@ In one run, with both bots up the whole time (same machine state), this:
    a tool server running rejoinder's tools (one fresh database per call, for Pipecat's tool calls),
    the Pipecat reference bot (``bench/peers/pipecat_bot.py`` in ``bench/peers/.venv``) and
    ``rejoinder serve`` — all on loopback;
-2. gives both the same agent: system prompt, temperature 0, token cap, tools
-   (``bench/peers/tools_http.agent_definition``);
+2. gives both the same agent (``--agent``, default the support agent): system prompt, greeting,
+   temperature, token cap, tools and their code, STT vocabulary (``bench/peers/tools_http.py``);
 3. calls both over Twilio Media Streams (μ-law 8 kHz, the same protocol, the same 60 ms jitter
    buffer at the caller) with the real-speech scenarios, interleaving the systems (A, B, A, B …) at
    each concurrency level, every call stored in one run per system;
@@ -18,6 +18,7 @@ In one run, with both bots up the whole time (same machine state), this:
 
     .venv/bin/python bench/vs_pipecat.py                         # levels 1 and 4, 2 rounds
     .venv/bin/python bench/vs_pipecat.py --levels 1 --rounds 1 --scenarios order-digits-real   # smoke
+    .venv/bin/python bench/vs_pipecat.py --serve      # both bots up; then rejoinder bench --target … by hand
 
 Prerequisite: ``bash bench/peers/setup.sh`` (Pipecat 1.14 in its own venv). Time to answer equals
 V2V for Pipecat: a black box's filler audio cannot be told from its answer.
@@ -120,10 +121,14 @@ def turn_figures(store: RunStore, run_id: str, level: int) -> dict[str, Any]:
     tta = [t["boundaries"]["answer_start"] - t["boundaries"]["user_speech_end"] for t in turns
            if "answer_start" in t["boundaries"] and "user_speech_end" in t["boundaries"]]
     own: list[float] = []
+    parts: dict[str, list[float]] = {}   # Pipecat's own breakdown (UserBotLatencyObserver contributions)
     for c in calls:
         tgt = (c.get("extra") or {}).get("target") or {}
         own += [s["v2v_ms"] for s in tgt.get("self_reported") or [] if s.get("v2v_ms") is not None]
         own += [m["latency_ms"] for m in tgt.get("metrics") or [] if "latency_ms" in m]
+        for m in tgt.get("metrics") or []:
+            for part in (m.get("breakdown") or {}).get("contributions") or []:
+                parts.setdefault(part.get("label") or part.get("key"), []).append(1000.0 * part["duration_secs"])
     segs: dict[str, list[float]] = {}
     for t in turns:
         if t["v2v_ms"] is not None:
@@ -133,7 +138,8 @@ def turn_figures(store: RunStore, run_id: str, level: int) -> dict[str, Any]:
             "failed_calls": sum(1 for c in calls if c["error"]),
             "v2v": {q: pct(v2v, q) for q in (50, 95, 99)}, "tta": {q: pct(tta, q) for q in (50, 95, 99)},
             "self": {q: pct(own, q) for q in (50, 95)}, "self_n": len(own),
-            "segments_p50": {k: round(statistics.median(v), 1) for k, v in segs.items()}}
+            "segments_p50": {k: round(statistics.median(v), 1) for k, v in segs.items()},
+            "self_parts_p50": {k: round(statistics.median(v), 1) for k, v in parts.items()}}
 
 
 def table(fig: dict[str, dict[int, dict[str, Any]]], levels: list[int]) -> str:
@@ -146,8 +152,11 @@ def table(fig: dict[str, dict[int, dict[str, Any]]], levels: list[int]) -> str:
                         + " | " + " | ".join(str(f["tta"][q]) for q in (50, 95, 99))
                         + f" | {f['self'][50]} | {f['self'][95]} | {f['ok']}/{f['calls']} |")
         r, p = fig["rejoinder"][n], fig["pipecat"][n]
-        ratio = {q: (round(r["v2v"][q] / p["v2v"][q], 2) if r["v2v"][q] and p["v2v"][q] else None) for q in (50, 95, 99)}
-        rows.append(f"| {n} | **ratio rejoinder/pipecat** | | {ratio[50]} | {ratio[95]} | {ratio[99]} | | | | | | |")
+
+        def ratio(key: str, q: int):
+            return round(r[key][q] / p[key][q], 2) if r[key][q] and p[key][q] else None
+        rows.append(f"| {n} | **ratio rejoinder/pipecat** | | " + " | ".join(str(ratio("v2v", q)) for q in (50, 95, 99))
+                    + " | " + " | ".join(str(ratio("tta", q)) for q in (50, 95, 99)) + " | | | |")
     return "\n".join(rows)
 
 
@@ -171,11 +180,14 @@ def main() -> None:
     ap.add_argument("--suite", default=None)
     ap.add_argument("--tag", default="real-speech")
     ap.add_argument("--scenarios", default=None, help="only these scenario names (comma-separated)")
-    ap.add_argument("--max-tokens", type=int, default=60)
+    ap.add_argument("--agent", default=None, help="the agent both bots run (`rejoinder --agent` syntax; default: "
+                    "the support agent)")
     ap.add_argument("--jitter-ms", type=float, default=60.0)
-    ap.add_argument("--rejoinder-args", default="", help="extra `rejoinder serve` options, e.g. '--agent SPEC'")
+    ap.add_argument("--rejoinder-args", default="", help="extra `rejoinder serve` options, e.g. '--llm openai'")
     ap.add_argument("--store", type=Path, default=None, help="run store (default: $REJOINDER_STORE or the user's)")
     ap.add_argument("--out", type=Path, default=Path("out/vs_pipecat"))
+    ap.add_argument("--serve", action="store_true", help="only start both bots, print their URLs and token, and "
+                    "wait (Ctrl-C ends): for `rejoinder bench --target URL --target-token TOKEN` by hand")
     args = ap.parse_args()
     if not PEERS_PY.exists():
         raise SystemExit("the Pipecat reference bot needs its own venv: run `bash bench/peers/setup.sh` first")
@@ -185,13 +197,13 @@ def main() -> None:
         scs = [s for s in scs if args.tag in s.tags]
     args.out.mkdir(parents=True, exist_ok=True)
     paths = model_paths()
-    agent = agent_definition(max_tokens=args.max_tokens)
+    agent = agent_definition(args.agent)
     (args.out / "agent.json").write_text(json.dumps(agent, indent=1))
     token = secrets.token_urlsafe(16)
     ports = {k: free_port() for k in ("llm", "pipecat", "rejoinder")}
     procs: list[subprocess.Popen] = []
     try:
-        with ToolServer() as tools:
+        with ToolServer(args.agent) as tools:
             llm = start([sys.executable, "-m", "llama_cpp.server", "--model", paths["gguf"], "--model_alias",
                          "smollm2-135m", "--host", "127.0.0.1", "--port", str(ports["llm"]), "--n_ctx", "2048",
                          "--chat_format", "chatml-function-calling", "--verbose", "False"], args.out / "llm.log")
@@ -209,7 +221,8 @@ def main() -> None:
                          "--tools-url", tools.url], args.out / "pipecat.log")
             procs.append(bot)
             serve = start([sys.executable, "-m", "rejoinder", "serve", "--port", str(ports["rejoinder"]), "--token",
-                           token, "--max-calls", str(max(levels) * 2), "--no-store", *args.rejoinder_args.split()],
+                           token, "--max-calls", str(max(levels) * 2), "--no-store",
+                           *(["--agent", args.agent] if args.agent else []), *args.rejoinder_args.split()],
                           args.out / "rejoinder.log")
             procs.append(serve)
             wait_http(f"http://127.0.0.1:{ports['pipecat']}/health", "Pipecat bot", bot)
@@ -217,6 +230,15 @@ def main() -> None:
                       ready=lambda h: h.get("models") == "ready")
             urls = {"rejoinder": f"ws://127.0.0.1:{ports['rejoinder']}/twilio",
                     "pipecat": f"ws://127.0.0.1:{ports['pipecat']}/twilio"}
+            if args.serve:
+                print(f"token {token}\n" + "\n".join(f"{n}: {u}" for n, u in urls.items())
+                      + "\n(Ctrl-C stops everything)", flush=True)
+                try:
+                    while all(p.poll() is None for p in procs):
+                        time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
+                return
             with RunStore(args.store) as store:
                 fig, runs = asyncio.run(measure(urls, token, scs, label, store, levels, args))
                 compare = compare_runs(store, runs["pipecat"], runs["rejoinder"])
@@ -274,6 +296,8 @@ def write_outputs(args, fig, runs, compare, html, levels, label, paths) -> None:
         lines.append(f"rejoinder segments p50 at {n} at once: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(r.items())))
         p = fig["pipecat"][n]["segments_p50"]
         lines.append(f"pipecat (black box) at {n} at once: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(p.items())))
+        own = fig["pipecat"][n]["self_parts_p50"]
+        lines.append(f"pipecat's own breakdown p50 at {n} at once: " + ", ".join(f"{k} {v:.0f}" for k, v in own.items()))
     agent = json.loads((args.out / "agent.json").read_text())
     if agent.get("tools_dropped"):
         lines += ["", f"**Not like for like:** Pipecat ran without tools: {agent['tools_dropped']}"]
@@ -282,7 +306,7 @@ def write_outputs(args, fig, runs, compare, html, levels, label, paths) -> None:
     (args.out / "report.json").write_text(json.dumps({"figures": fig, "runs": runs, "compare": compare}, indent=1,
                                                      default=str))
     print(tab)
-    print("\n".join(lines[-2 * len(levels) - 3:]))
+    print("\n".join(x for x in lines if x.startswith(("rejoinder segments", "pipecat", "**Not"))))
     print(f"report: {args.out / 'report.md'}")
 
 

@@ -14,9 +14,10 @@ Pipecat's own defaults throughout:
 * TTS: ``PiperTTSService`` with the en_US-joe-medium voice, loaded from the folder given (no
   download).
 
-Tools run in the process that defined them: each call is forwarded to ``--tools-url``
-(``POST {tools-url}/{stream sid}/{tool}`` with the arguments as JSON; the answer is the result), so
-both bots run the very same tool code on the same kind of database.
+Tools run in the process that defined them (``tools_http.py``, in rejoinder's venv): each tool call
+is forwarded to ``POST {tools-url}/{stream sid}/tools/{tool}``, so both bots run the very same tool
+code on the same kind of per-call database; the agent's greeting comes from
+``GET {tools-url}/{stream sid}/greeting`` and is spoken when the call opens, as rejoinder does.
 
 Besides the socket (``/twilio``) the bot answers ``GET /health``, and, with ``--token``,
 ``GET /info`` and ``GET /calls/{streamSid}`` like ``rejoinder serve`` (PROTOCOL.md, "Call
@@ -48,6 +49,7 @@ from loguru import logger
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.frames.frames import TTSSpeakFrame
 from pipecat.observers.user_bot_latency_observer import UserBotLatencyObserver
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -100,8 +102,9 @@ class Bot:
         self._services()  # load both now, not during the first call
 
     def _services(self) -> tuple[WhisperSTTService, PiperTTSService]:
-        stt = WhisperSTTService(settings=WhisperSTTService.Settings(model=self.args.whisper_dir), device="cpu",
-                                compute_type="int8")  # the quantisation rejoinder runs this model with
+        # the quantisation rejoinder runs this model with, and the agent's vocabulary prompt
+        stt = WhisperSTTService(settings=WhisperSTTService.Settings(
+            model=self.args.whisper_dir, initial_prompt=self.agent.get("stt_prompt")), device="cpu", compute_type="int8")
         tts = PiperTTSService(settings=PiperTTSService.Settings(voice=self.voice.stem), download_dir=self.voice.parent)
         return stt, tts
 
@@ -128,11 +131,13 @@ class Bot:
                 t0 = time.time()
                 body = {"args": dict(params.arguments), "caller_phone": phone}
                 async with aiohttp.ClientSession() as http:
-                    async with http.post(f"{url}/{sid}/{name}", json=body) as r:
-                        result = await r.json()
+                    async with http.post(f"{url}/{sid}/tools/{name}", json=body) as r:
+                        answer = await r.json()
                 report["tools"].append({"name": name, "args": dict(params.arguments), "at": t0,
-                                        "duration_ms": round(1000 * (time.time() - t0), 1)})
-                await params.result_callback(result)
+                                        "duration_ms": round(1000 * (time.time() - t0), 1),
+                                        **({"error": answer["error"]} if "error" in answer else {})})
+                # what rejoinder tells its LLM: the result, or {"error": …}
+                await params.result_callback(answer["result"] if "result" in answer else answer)
             return handler
 
         return ToolsSchema(standard_tools=[
@@ -140,6 +145,12 @@ class Bot:
                            properties=t["parameters"].get("properties", {}),
                            required=t["parameters"].get("required", []), handler=handler_for(t["name"]))
             for t in specs])
+
+    async def _greeting(self, sid: str, phone: str | None) -> str | None:
+        if not (self.args.tools_url and self.agent.get("greets")):
+            return None
+        answer = await _fetch(f"{self.args.tools_url}/{sid}/greeting?caller_phone={phone or ''}")
+        return (answer or {}).get("text")
 
     async def call(self, ws: WebSocket) -> None:
         try:
@@ -198,9 +209,19 @@ class Bot:
         async def _gone(_transport, _ws) -> None:
             await worker.cancel()
 
+        greeting = await self._greeting(sid, phone)
+        if greeting:  # the agent's greeting when the call opens, as rejoinder says it
+            await worker.queue_frames([TTSSpeakFrame(greeting)])
+
         runner = WorkerRunner(handle_sigint=False)
         await runner.add_workers(worker)
         await runner.run()
+
+
+async def _fetch(url: str) -> Any:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url) as r:
+            return await r.json() if r.status == 200 else None
 
 
 def make_app(bot: Bot) -> FastAPI:
@@ -231,9 +252,7 @@ def make_app(bot: Bot) -> FastAPI:
         if report is None:
             return JSONResponse({"detail": f"no call {sid!r}"}, status_code=404)
         if bot.args.tools_url and report["status"] == "ended" and "db" not in report:
-            async with aiohttp.ClientSession() as http:  # the call's database, where its tools ran
-                async with http.get(f"{bot.args.tools_url}/{sid}/db") as r:
-                    report["db"] = await r.json() if r.status == 200 else None
+            report["db"] = await _fetch(f"{bot.args.tools_url}/{sid}/state")  # the agent's final state
         return JSONResponse(report)
 
     @app.websocket("/twilio")
@@ -256,9 +275,9 @@ def main() -> None:
     ap.add_argument("--piper-voice", required=True, help="the Piper voice .onnx (its .onnx.json beside it)")
     ap.add_argument("--llm-url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8791/v1")
     ap.add_argument("--llm-model", default="smollm2-135m")
-    ap.add_argument("--agent", default=None, help="JSON: instructions, temperature, max_tokens, tools [{name, "
-                    "description, parameters}]")
-    ap.add_argument("--tools-url", default=None, help="where tool calls run: POST {url}/{sid}/{tool}")
+    ap.add_argument("--agent", default=None, help="JSON (tools_http.agent_definition): instructions, temperature, "
+                    "max_tokens, tools [{name, description, parameters}], stt_prompt, greets")
+    ap.add_argument("--tools-url", default=None, help="where the agent's tools run (bench/peers/tools_http.py)")
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args()
     import sys

@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
 
+from fakes import lookup  # noqa: E402
 from helpers import TOKEN, FakeProvider, start_server  # noqa: E402
 from rejoinder.harness.expect import evaluate  # noqa: E402
 from rejoinder.harness.remote.target import RemoteTarget, parse_target  # noqa: E402
@@ -20,9 +21,18 @@ from rejoinder.scenario import CallerTurn, Expect, Scenario, Segment, ToolExpect
 from remote_helpers import NoTranscript, tone_turns  # noqa: E402
 
 
+class ToolProvider(FakeProvider):
+    """Its LLM looks up order 4217 on every request, then answers."""
+
+    def new_stack(self):
+        stack = super().new_stack()
+        stack.llm.calls = lookup()
+        return stack
+
+
 @pytest.fixture(scope="module")
 def server():
-    srv = start_server(FakeProvider())
+    srv = start_server(ToolProvider())
     yield srv
     srv.__exit__(None, None, None)
 
@@ -60,7 +70,7 @@ async def test_a_rejoinder_target_reports_its_internals_and_tools(server, path):
         tools=[ToolExpect(name="lookup_order", args={"order_id": "4217"})]))], final_db={"orders": {"1": {"a": 1}}})
     verdict = evaluate(sc, res, res.caller.truth, res.caller.cues, owned=res.owners, observable=res.observable)
     assert verdict.success and verdict.failures == []
-    assert verdict.skipped == ["final_db (the agent does not report its database)"]
+    assert verdict.skipped == ["final_db (the agent does not report its final state)"]
 
 
 async def test_whisper_scores_the_words_the_caller_heard(tmp_path):

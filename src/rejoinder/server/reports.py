@@ -8,8 +8,9 @@ or by the ``streamSid`` of a Media Streams call. See ``PROTOCOL.md``, "Call repo
 A report: ``status`` (``running`` | ``ended``), ``transport``, ``ended`` (close code and reason),
 ``caller_origin_ms`` (the call-clock time of the first caller sample; a client maps the server's
 boundaries onto its own clock with it), ``turns`` (the per-turn summaries, boundaries on the call
-clock), ``tools`` (every tool call with its turn) and ``db`` (the application's final database,
-``{table: {row id: {column: value}}}``, or null).
+clock), ``tools`` (every tool call with its turn) and ``db`` (the agent's final state from its
+``report_state`` hook — the support agent's database, ``{table: {row id: {column: value}}}`` — or
+null).
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ class CallReports:
         return report
 
     @staticmethod
-    def finish(report: dict[str, Any], call: Any, app: Any) -> None:
-        """Fill in the report of a call that has ended. ``call`` is the :class:`~.live.LiveCall`.
-        Blocking (reads the application's SQLite database): call it off the event loop."""
-        from ..harness.expect import db_rows
+    def finish(report: dict[str, Any], call: Any, final_state: Any) -> None:
+        """Fill in the report of a call that has ended. ``call`` is the :class:`~.live.LiveCall`;
+        ``final_state`` what the agent's ``report_state`` hook returned (None without one)."""
         turns = call.record.summaries or [r.summary() for r in call.timeline.records()]
         report.update(
             status="ended",
@@ -54,7 +54,7 @@ class CallReports:
             caller_origin_ms=call.meta.get("stream_origin_ms", call.record.caller_origin_ms),
             turns=turns,
             tools=[{"turn_id": t["turn_id"], **tool} for t in turns for tool in t.get("tools", [])],
-            db=db_rows(app),
+            db=final_state,
         )
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -41,11 +41,10 @@ log = logging.getLogger("rejoinder.harness.remote")
 class RemoteCallResult(CallResult):
     """A finished remote call: what :class:`rejoinder.callrun.CallResult` holds, plus which caller
     turn each agent turn answers (from what was heard), what the target reports (``"tools"``,
-    ``"db"``), its final database, and what it said about the call (``target``)."""
+    ``"db"``: its final state, in ``final_state``), and what it said about the call (``target``)."""
 
     owners: dict[int, int | None] = field(default_factory=dict)
     observable: set[str] = field(default_factory=set)
-    db_state: dict[str, Any] | None = None
     target: dict[str, Any] = field(default_factory=dict)
     heard: Heard | None = None
 

@@ -140,7 +140,7 @@ def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float
 def call(*, source: Path, target_url: str, protocol: str, token: str | None, jitter_ms: float, out: Path,
          json_out: bool) -> Any:
     """The remote branch of ``rejoinder call``: one scripted call to the target; returns the result."""
-    from ...agent import load_caller
+    from ...runtime import load_caller
 
     target = make_target(target_url, protocol, token, jitter_ms)
 

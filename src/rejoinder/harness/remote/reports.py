@@ -87,7 +87,7 @@ def merge_report(result: RemoteCallResult, report: dict[str, Any], origin_ms: fl
         result.observable.add("tools")
     if report.get("db") is not None:
         result.observable.add("db")
-        result.db_state = report["db"]
+        result.final_state = report["db"]
     by_id = {r.turn_id: r for r in result.turns}
     free = [r for r in result.turns if "first_audio_in" in r.stamps]
     selfrep = []
