@@ -133,6 +133,7 @@ class TurnRecord:
             "stalls": [{"start_ms": a, "duration_ms": d} for a, d in self.stalls],
             "errors": self.errors,
             "recoveries": self.recoveries,
+            "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
         }
 
 

@@ -59,7 +59,8 @@ async def test_a_rejoinder_target_reports_its_internals_and_tools(server, path):
     [rec] = [r for r in res.turns if r.v2v_ms() is not None]
     segs = rec.segments()
     # the target's own moments, moved onto the caller's clock, split the wait
-    assert {"endpointing", "transcription", "tts_ttfb", "arrival", "playout"} <= set(segs)
+    assert {"endpointing", "transcription", "tool_choice", "tools", "llm_ttft", "tts_ttfb", "arrival",
+            "playout"} <= set(segs)
     assert sum(segs.values()) == pytest.approx(rec.v2v_ms(), abs=0.01)
     # its first audio frame left before it reached the caller's socket (the clock mapping is sound)
     assert rec.stamps["first_audio_out"] <= rec.stamps["first_audio_in"] + 5.0

@@ -112,6 +112,8 @@ def merge_report(result: RemoteCallResult, report: dict[str, Any], origin_ms: fl
             for name in INTERNAL:
                 if name in b:
                     rec.stamps[name] = round(b[name] + shift, 3)
+            firsts = srv.get("llm_first_tokens") or ([b["llm_first_token"]] if "llm_first_token" in b else [])
+            rec.llm_first_tokens.extend(round(t + shift, 3) for t in firsts)   # every LLM request's
             ours, theirs = rec.stamps.get("playback_start"), b.get("playback_start")
             if ours is not None and theirs is not None and b.get("answer_start") is not None:
                 rec.stamps["answer_start"] = round(ours + b["answer_start"] - theirs, 3)
