@@ -28,7 +28,7 @@ import soundfile as sf
 
 from rejoinder.harness.bench import BenchOptions, run_bench
 from rejoinder.harness.remote.target import RemoteTarget, parse_target
-from rejoinder.harness.store import RunStore
+from rejoinder.harness.store import open_store
 from rejoinder.harness.suite import load_suite
 
 SCENARIO = """\
@@ -73,7 +73,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def measure(url: str, scs, store: RunStore, levels: list[int], repeat: int, jitter_ms: float,
+async def measure(url: str, scs, store, levels: list[int], repeat: int, jitter_ms: float,
                   expected: float) -> None:
     target = RemoteTarget(parse_target(url, jitter_ms=jitter_ms), transcriber=NoTranscript())
     await target.probe()
@@ -110,7 +110,7 @@ def main() -> None:
         expected = args.delay_ms + args.jitter_ms
         print(f"echo target delay {args.delay_ms:.0f} ms + jitter buffer {args.jitter_ms:.0f} ms = expected V2V "
               f"{expected:.0f} ms; error = measured − expected")
-        with RunStore(args.store or tmp / "runs.sqlite") as store:
+        with open_store(args.store or tmp / "runs.sqlite") as store:
             for proto in args.protocols.split(","):
                 path = "/ws" if proto == "rejoinder" else "/twilio"
                 asyncio.run(measure(f"ws://127.0.0.1:{port}{path}", scs, store, levels, args.repeat,

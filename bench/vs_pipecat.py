@@ -51,7 +51,7 @@ from rejoinder.harness.bench import BenchOptions, render_all, run_level  # noqa:
 from rejoinder.harness.compare import compare_runs  # noqa: E402
 from rejoinder.harness.remote.cli import remote_conditions  # noqa: E402
 from rejoinder.harness.remote.target import RemoteTarget, parse_target  # noqa: E402
-from rejoinder.harness.store import RunStore  # noqa: E402
+from rejoinder.harness.store import open_store  # noqa: E402
 from rejoinder.harness.suite import load_suite, scenario_hash  # noqa: E402
 from rejoinder.harness.summary import run_summary  # noqa: E402
 
@@ -113,7 +113,7 @@ def pct(xs: list[float], q: float) -> float | None:
     return round(float(np.percentile(xs, q)), 1) if xs else None
 
 
-def turn_figures(store: RunStore, run_id: str, level: int) -> dict[str, Any]:
+def turn_figures(store, run_id: str, level: int) -> dict[str, Any]:
     """V2V, time to answer and self-reported latency of one system at one level."""
     turns = [t for t in store.turns(run_id) if t["concurrency"] == level]
     calls = [c for c in store.calls(run_id) if c["concurrency"] == level]
@@ -160,7 +160,7 @@ def table(fig: dict[str, dict[int, dict[str, Any]]], levels: list[int]) -> str:
     return "\n".join(rows)
 
 
-async def interleave(targets: dict[str, RemoteTarget], runs: dict[str, str], scs, store: RunStore, levels: list[int],
+async def interleave(targets: dict[str, RemoteTarget], runs: dict[str, str], scs, store, levels: list[int],
                      rounds: int, artifacts: Path) -> None:
     rendered = await render_all(scs)
     hashes = {sc.name: scenario_hash(sc) for sc in scs}
@@ -239,7 +239,7 @@ def main() -> None:
                 except KeyboardInterrupt:
                     pass
                 return
-            with RunStore(args.store) as store:
+            with open_store(args.store) as store:
                 fig, runs = asyncio.run(measure(urls, token, scs, label, store, levels, args))
                 compare = compare_runs(store, runs["pipecat"], runs["rejoinder"])
                 from rejoinder.harness.report import write_report
@@ -255,7 +255,7 @@ def main() -> None:
     write_outputs(args, fig, runs, compare, html, levels, label, paths)
 
 
-async def measure(urls: dict[str, str], token: str, scs, label: str, store: RunStore, levels: list[int], args):
+async def measure(urls: dict[str, str], token: str, scs, label: str, store, levels: list[int], args):
     targets = {n: RemoteTarget(parse_target(u, token=token, jitter_ms=args.jitter_ms)) for n, u in urls.items()}
     runs: dict[str, str] = {}
     try:
@@ -266,7 +266,7 @@ async def measure(urls: dict[str, str], token: str, scs, label: str, store: RunS
             conds["comparison"] = {"bench": "vs_pipecat", "agent": json.loads((args.out / "agent.json").read_text()),
                                    "interleaved": True}
             runs[name] = store.begin_run(conds, suite=label, command=" ".join(sys.argv))
-        print(f"runs: rejoinder {runs['rejoinder']} · pipecat {runs['pipecat']} · store {store.path}", flush=True)
+        print(f"runs: rejoinder {runs['rejoinder']} · pipecat {runs['pipecat']} · store {store.where}", flush=True)
         status = "failed"
         try:
             await interleave(targets, runs, scs, store, levels, args.rounds, args.out / "artifacts")

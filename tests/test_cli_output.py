@@ -26,7 +26,7 @@ import pytest
 import soundfile as sf
 
 from rejoinder.adapters.registry import StackConfig, describe_models
-from rejoinder.harness.store import RunStore
+from rejoinder.harness.store import open_store
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -97,7 +97,7 @@ def cases(tmp_path_factory) -> list[tuple[str, list[str], int, list[str]]]:
     cfg.write_text("stack:\n  tts: kokoro\n")
     store = deep / "runs.sqlite"
     label = "a suite label that is much longer than forty columns, so rich would have wrapped it"
-    with RunStore(store) as st:
+    with open_store(store) as st:
         st.begin_run({"concurrency": [1]}, suite=label, command="rejoinder bench")
     no_store = deep / "missing-store.sqlite"
     return [

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import telemetry
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
 from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
@@ -100,6 +101,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     st = Stamper(call_id, clock, bus)
     tl = Timeline(out_dir / "timeline.jsonl" if out_dir else None)
     bus.subscribe(tl)
+    observed = telemetry.observe_call(bus, call_id, clock, transport="harness")  # None when off
     lines: list[tuple[str, str]] = []
     tools: list[dict[str, Any]] = []
 
@@ -144,6 +146,8 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     finally:
         await session.close()
         attach_truth(tl, st, caller.truth)
+        if observed is not None:
+            observed.finish(tl.records(), error=error)
         if rec:
             rec.close()
         for r in tl.records():

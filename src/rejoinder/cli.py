@@ -134,9 +134,11 @@ def prepare() -> None:
 
 from .harness.cli import register as _register_harness  # noqa: E402
 from .server.cli import register as _register_server  # noqa: E402
+from .hosting.cli import register as _register_hosting  # noqa: E402
 
 _register_harness(app)
 _register_server(app)
+_register_hosting(app)
 
 
 def main() -> None:  # pragma: no cover

@@ -6,6 +6,8 @@
     ├── ConfigError          malformed configuration / unknown adapter name
     │   └── MissingExtra     an optional dependency is not installed (names the pip install)
     ├── AudioInputError      unreadable, empty, silent or non-audio input
+    ├── hosting.network.NetworkUnavailable   network profiles cannot be applied here (no CAP_NET_ADMIN…)
+    ├── hosting.servers.ServerStartError     a model server process did not come up
     └── ports.PortError      a model stage failed to serve a request (see rejoinder.ports)
 """
 

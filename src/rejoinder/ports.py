@@ -150,7 +150,10 @@ class LLMPort(Protocol):
 @dataclass(frozen=True, slots=True)
 class TTSAudio:
     """A piece of synthesized speech: int16 mono PCM at the port's ``sample_rate``.
-    ``words`` gives (word, start_ms, end_ms) within this piece when the engine reports timings."""
+    ``words`` gives (word, start_ms, end_ms) when the engine reports timings, in ms from this
+    piece's first sample; a streaming service's timings may reach beyond the piece (a word begun
+    in an earlier piece, or ending in a later one), and a piece may carry timings only (empty
+    ``pcm``) when they arrive after the audio."""
 
     pcm: np.ndarray
     words: tuple[tuple[str, float, float], ...] = field(default=())

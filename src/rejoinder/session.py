@@ -32,7 +32,7 @@ from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
 from .reply import FillerPolicy, RecoveryPolicy, Reply
 from .respond import Draft, Say
-from .stages import Stamper
+from .stages import Stamper, timed_stt
 from .tools import CallContext
 from .turns import (State, CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
                     TurnPolicy, TurnTaker, is_backchannel)
@@ -238,7 +238,7 @@ class Session:
             yield audio
 
         text = ""
-        async for tr in stt.stream(one()):
+        async for tr in timed_stt(self.st, turn_id, stt, one()):
             text = tr.text
             if not tr.final:
                 self._interim[turn_id] = tr.text.strip()

@@ -1,20 +1,23 @@
 """Timing wrappers: the one place where port calls are stamped on the call clock.
 
-Adapters never time themselves; every LLM and TTS request of a reply goes through these wrappers,
-which emit ``llm_request`` / ``llm_first_token`` and ``tts_request`` / ``tts_first_audio``
-boundaries. A fault-injection wrapper (if configured) sits *inside* these, so injected delays are
-measured like real ones.
+Adapters never time themselves; every STT, LLM and TTS request goes through these wrappers, which
+emit ``stt_request`` / ``stt_end``, ``llm_request`` / ``llm_first_token`` / ``llm_end`` and
+``tts_request`` / ``tts_first_audio`` / ``tts_end`` boundaries. An ``*_end`` boundary is stamped
+when the request's stream is closed, however it ended: ``data["outcome"]`` is ``ok``,
+``cancelled`` (barge-in, a newer speculative transcription, a watchdog) or ``error``. A
+fault-injection wrapper (if configured) sits *inside* these, so injected delays are measured like
+real ones; :func:`watch` puts watchdogs on any stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterable, AsyncIterator, Callable
 
 from .clock import Clock, wait_within
 from .events import Boundary, Event, EventBus
-from .ports import LLMDelta, LLMPort, LLMRequest, PortError, TTSAudio, TTSPort
+from .ports import LLMDelta, LLMPort, LLMRequest, PortError, STTPort, Transcript, TTSAudio, TTSPort
 
 
 class WatchdogTimeout(PortError):
@@ -42,37 +45,81 @@ class Stamper:
         self.bus.emit(event)
 
 
-async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort,
-                    request: LLMRequest) -> AsyncIterator[LLMDelta]:
-    """Stream ``llm`` for ``request``, stamping ``llm_request`` (with the model, the number of
-    messages and of tools offered) and ``llm_first_token`` (the first text or tool call)."""
-    st.stamp("llm_request", turn_id, model=llm.model_name, messages=len(request.messages),
-             tools=len(request.tools))
-    first = True
-    stream = llm.stream(request)
+def _outcome(exc: BaseException | None) -> str:
+    if exc is None:
+        return "ok"
+    return "cancelled" if isinstance(exc, (asyncio.CancelledError, GeneratorExit)) else "error"
+
+
+async def _until_closed(st: Stamper, turn_id: int, stream: AsyncIterator[Any], end: str,
+                        each: Callable[[Any], None], data: dict[str, Any]) -> AsyncIterator[Any]:
+    """Re-yield ``stream`` (``each`` sees every item); when it closes, however it ended, close the
+    port's stream and stamp ``end`` with its outcome and ``data`` (read at that moment)."""
+    exc = None
     try:
-        async for delta in stream:
-            if first and delta:
-                st.stamp("llm_first_token", turn_id)
-                first = False
-            yield delta
+        async for item in stream:
+            each(item)
+            yield item
+    except BaseException as e:
+        exc = e
+        raise
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
+        st.stamp(end, turn_id, outcome=_outcome(exc), **data)
+
+
+async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
+                    audio: AsyncIterable[Any]) -> AsyncIterator[Transcript]:
+    """Stream ``stt`` over one utterance, stamping ``stt_request`` and ``stt_end``
+    (``data``: ``outcome``, ``final`` — whether a final transcript came back)."""
+    st.stamp("stt_request", turn_id)
+    data = {"final": False}
+
+    def each(tr: Transcript) -> None:
+        data["final"] = data["final"] or tr.final
+
+    async for tr in _until_closed(st, turn_id, stt.stream(audio), "stt_end", each, data):
+        yield tr
+
+
+async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[LLMDelta]:
+    """Stream ``llm`` for ``request``, stamping ``llm_request`` (``data``: model, provider, the
+    number of messages, max_tokens, temperature, the number of tools offered), ``llm_first_token``
+    (the first text or tool call) and ``llm_end`` (``data``: outcome,
+    ``deltas`` — text deltas streamed, one token each for llama.cpp and OpenAI-style streams —
+    and ``tool_calls``)."""
+    st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
+             messages=len(request.messages), max_tokens=request.max_tokens,
+             temperature=request.temperature, tools=len(request.tools))
+    data = {"deltas": 0, "tool_calls": 0}
+
+    def each(delta: LLMDelta) -> None:
+        if delta and not (data["deltas"] or data["tool_calls"]):
+            st.stamp("llm_first_token", turn_id)
+        if isinstance(delta, str):
+            data["deltas"] += 1 if delta else 0
+        else:
+            data["tool_calls"] += 1
+
+    async for delta in _until_closed(st, turn_id, llm.stream(request), "llm_end", each, data):
+        yield delta
 
 
 async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: str) -> AsyncIterator[TTSAudio]:
-    """Stream ``tts`` for one text chunk, stamping request and first audio."""
+    """Stream ``tts`` for one text chunk, stamping ``tts_request``, ``tts_first_audio`` and
+    ``tts_end`` (``data``: chunk, outcome, ``audio_ms`` synthesized)."""
     st.stamp("tts_request", turn_id, chunk=chunk, voice=tts.voice_name)
-    first = True
-    stream = tts.stream(text)
-    try:
-        async for piece in stream:
-            if first and len(piece.pcm):
-                st.stamp("tts_first_audio", turn_id, chunk=chunk)
-                first = False
-            yield piece
-    finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+    data: dict[str, Any] = {"chunk": chunk, "audio_ms": 0.0}
+    samples = [0]
+
+    def each(piece: TTSAudio) -> None:
+        if len(piece.pcm) and not samples[0]:
+            st.stamp("tts_first_audio", turn_id, chunk=chunk)
+        samples[0] += len(piece.pcm)
+        data["audio_ms"] = round(1000.0 * samples[0] / tts.sample_rate, 1)
+
+    async for piece in _until_closed(st, turn_id, tts.stream(text), "tts_end", each, data):
+        yield piece
 
 
 async def watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: float, what: str):

@@ -197,7 +197,7 @@ class Timeline:
                         if b.data.get("error"):
                             t["error"] = b.data["error"]
                         break
-        elif b.name in ("tts_request", "tts_first_audio"):
+        elif b.name in ("tts_request", "tts_first_audio", "tts_end"):
             idx = int(b.data.get("chunk", 0))
             while len(rec.tts_chunks) <= idx:
                 rec.tts_chunks.append({})

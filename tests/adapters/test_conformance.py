@@ -16,9 +16,10 @@ from rejoinder.ports import (ChatMessage, LLMPort, LLMRequest, STTPort, TTSAudio
 
 VADS = ["silero"]
 TURNS = ["smart-turn"]
-STTS = ["whisper-base"]
+STTS = ["whisper-base", "cartesia"]
 LLMS = ["smollm2", "openai"]
-TTSS = ["piper", "espeak"]
+TTSS = ["piper", "espeak", "cartesia", "sagemaker"]
+SERVED_TTS = ("cartesia", "sagemaker")  # adapters of a protocol, tested against our server (Piper)
 
 
 @pytest.fixture(params=VADS)
@@ -35,8 +36,17 @@ def turn(request) -> TurnPort:
 
 
 @pytest.fixture(params=STTS)
-def stt(request) -> STTPort:
-    return request.getfixturevalue({"whisper-base": "whisper_stt"}[request.param])
+async def stt(request):
+    if request.param != "cartesia":
+        yield request.getfixturevalue({"whisper-base": "whisper_stt"}[request.param])
+        return
+    from rejoinder.adapters.cartesia_stt import CartesiaSTT
+    from rejoinder.hosting import local
+
+    async with local.cartesia_stt(request.getfixturevalue("whisper_stt"), api_key="k") as (_, url):
+        client = CartesiaSTT(url, "k")
+        yield client
+        await client.aclose()
 
 
 @pytest.fixture(params=LLMS)
@@ -53,8 +63,29 @@ async def llm(request):
 
 
 @pytest.fixture(params=TTSS)
-def tts(request) -> TTSPort:
-    return request.getfixturevalue({"piper": "piper_tts", "espeak": "espeak_tts"}[request.param])
+async def tts(request, monkeypatch):
+    if request.param not in SERVED_TTS:
+        yield request.getfixturevalue({"piper": "piper_tts", "espeak": "espeak_tts"}[request.param])
+        return
+    from rejoinder.hosting import local
+
+    engine = request.getfixturevalue("piper_tts")
+    if request.param == "cartesia":
+        from rejoinder.adapters.cartesia_tts import CartesiaTTS
+
+        async with local.cartesia_tts(engine, api_key="k") as (_, url):
+            client = CartesiaTTS(url, "k")
+            yield client
+            await client.aclose()
+        return
+    from rejoinder.adapters.sagemaker_tts import SageMakerTTS
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDLOCAL")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local-secret")
+    async with local.sagemaker_tts(engine, access_key="AKIDLOCAL", secret_key="local-secret") as (_, url):
+        client = SageMakerTTS("rejoinder-tts", base_url=url)
+        yield client
+        await client.aclose()
 
 
 # ---------------------------------------------------------------- VAD
@@ -184,11 +215,18 @@ async def test_tts_conformance(tts, whisper_stt, norm):
     assert tts.sample_rate > 0
     pieces = [p async for p in tts.stream(SENTENCE)]
     assert pieces and all(isinstance(p, TTSAudio) for p in pieces)
+    pcm = np.concatenate([p.pcm for p in pieces])
+    total_ms = pcm.size * 1000 / tts.sample_rate
+    timed, offset = [], 0.0  # word times are relative to their piece's first sample
     for p in pieces:
         assert p.pcm.dtype == np.int16 and p.pcm.ndim == 1
         for word, start, end in p.words:
-            assert word and 0 <= start <= end <= p.pcm.size * 1000 / tts.sample_rate + 1
-    pcm = np.concatenate([p.pcm for p in pieces])
+            assert word and 0 <= offset + start <= offset + end <= total_ms + 1
+            timed.append((word, offset + start, offset + end))
+        offset += p.pcm.size * 1000 / tts.sample_rate
+    assert [a for _, a, _ in timed] == sorted(a for _, a, _ in timed)
+    if getattr(tts, "word_timings", False) or type(tts).__name__ in ("CartesiaTTS", "SageMakerTTS"):
+        assert [norm(w) for w, _, _ in timed] == norm(SENTENCE).split()  # every word, in order
     assert pcm.size / tts.sample_rate >= 0.3
     heard = whisper_stt.transcribe_sync(resample(to_float32(pcm), tts.sample_rate, 16_000))
     wer = jiwer.wer(norm(SENTENCE), norm(heard))

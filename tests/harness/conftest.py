@@ -15,9 +15,9 @@ from harness_fakes import synthetic_run  # noqa: E402
 
 @pytest.fixture
 def store(tmp_path):
-    from rejoinder.harness.store import RunStore
+    from rejoinder.harness.store import SQLiteStore
 
-    s = RunStore(tmp_path / "runs.sqlite")
+    s = SQLiteStore(tmp_path / "runs.sqlite")
     yield s
     s.close()
 

@@ -52,8 +52,8 @@ def test_sweep_on_the_embedded_stack_is_stored_and_reported(runs):
     assert piper["levels"][0]["task_success"][SCENARIO]["n"] == 1
     html = (tmp / "report.html").read_text()
     assert 'id="plot-cdf"' in html and 'id="plot-waterfall"' in html
-    from rejoinder.harness.store import RunStore
-    with RunStore(store) as st:
+    from rejoinder.harness.store import open_store
+    with open_store(store) as st:
         run = st.run(piper["run_id"])
         assert run["status"] == "finished"
         models = run["conditions"]["models"]

@@ -126,13 +126,13 @@ def test_bench_against_a_refused_target_leaves_no_run_row(tmp_path):
     from typer.testing import CliRunner
 
     from rejoinder.cli import app
-    from rejoinder.harness.store import RunStore
+    from rejoinder.harness.store import open_store
     store = tmp_path / "runs.sqlite"
     res = CliRunner().invoke(app, ["bench", "--target", f"ws://127.0.0.1:{free_port()}/twilio", "--concurrency", "1",
                                    "--store", str(store)])
     assert res.exit_code == 2
     assert "connection refused" in res.output
-    with RunStore(store) as st:
+    with open_store(store) as st:
         assert st.runs() == []
 
 
@@ -148,12 +148,12 @@ def test_bench_refuses_in_process_options_with_a_target(tmp_path):
 async def test_failed_calls_are_stored_as_failed_with_their_reason(tmp_path):
     from harness_fakes import tone_suite
     from rejoinder.harness.bench import BenchOptions, run_bench
-    from rejoinder.harness.store import RunStore
+    from rejoinder.harness.store import open_store
     from rejoinder.harness.suite import load_suite
 
     _, scs = load_suite(tone_suite(tmp_path / "suite", names=("alpha",)))
     async with ws_server(hang_up) as port:
-        with RunStore(tmp_path / "runs.sqlite") as st:
+        with open_store(tmp_path / "runs.sqlite") as st:
             run_id = st.begin_run({"target": {"url": "x"}}, suite="t")
             status = await run_bench(target(port), scs, st, run_id, BenchOptions(levels=[1, 2]))
             calls = st.calls(run_id)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from harness_fakes import tone_suite
 from rejoinder.cli import app
 from rejoinder.harness.remote.echo import serve_echo
-from rejoinder.harness.store import RunStore
+from rejoinder.harness.store import open_store
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_bench_and_call_against_a_target_and_compare_across_targets(tmp_path, ec
         lv = summary["levels"][0]
         assert lv["turns"]["answered"] == 2 and abs(lv["v2v_ms"]["p50"] - 540) < 40
         ids.append(summary["run_id"])
-    with RunStore(store) as st:
+    with open_store(store) as st:
         run = st.run(ids[0])
         assert run["status"] == "finished" and run["conditions"]["target"]["protocol"] == "twilio"
         assert run["conditions"]["jitter_ms"] == 40 and run["conditions"]["config"] is None

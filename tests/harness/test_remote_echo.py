@@ -17,7 +17,7 @@ from harness_fakes import tone_suite
 from rejoinder.harness.bench import BenchOptions, run_bench
 from rejoinder.harness.compare import compare_runs
 from rejoinder.harness.remote.target import RemoteTarget, parse_target
-from rejoinder.harness.store import RunStore
+from rejoinder.harness.store import open_store
 from rejoinder.harness.suite import load_suite
 
 from remote_helpers import NoTranscript, free_port
@@ -43,7 +43,7 @@ def echo_port():
 async def test_echo_target_is_measured_at_its_delay_at_1_and_8_calls(tmp_path, echo_port):
     _, scs = load_suite(tone_suite(tmp_path / "suite", names=("alpha",)))
     runs = {}
-    with RunStore(tmp_path / "runs.sqlite") as st:
+    with open_store(tmp_path / "runs.sqlite") as st:
         for path in ("/twilio", "/ws"):
             spec = parse_target(f"ws://127.0.0.1:{echo_port}{path}", jitter_ms=JITTER_MS)
             target = RemoteTarget(spec, transcriber=NoTranscript())

@@ -66,7 +66,7 @@ async def test_barge_in_pauses_then_clears_client_playback(tmp_path):
 
 
 async def test_live_calls_are_recorded_in_the_harness_run_store(tmp_path):
-    from rejoinder.harness.store import RunStore
+    from rejoinder.harness.store import open_store
     from helpers import TOKEN, ServerThread
     from rejoinder.server.app import ServerConfig, create_app
     db = tmp_path / "runs.sqlite"
@@ -74,7 +74,7 @@ async def test_live_calls_are_recorded_in_the_harness_run_store(tmp_path):
     with ServerThread(create_app(cfg, FakeProvider())) as srv:
         client = BrowserLikeClient(f"ws://{srv.base}/ws")
         await client.call(np.concatenate([silence(300), tone(800)]), tail_ms=3500)
-    with RunStore(db) as store:
+    with open_store(db) as store:
         [run] = store.runs()
         assert run["suite"] == "live" and run["status"] == "finished"
         [call] = store.calls(run["id"])

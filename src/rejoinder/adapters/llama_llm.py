@@ -61,6 +61,8 @@ class LlamaLLM:
         MissingExtra: llama-cpp-python or the weights package is not installed.
     """
 
+    provider = "llama.cpp"  # OpenTelemetry gen_ai.provider.name
+
     def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 2048,
                  n_threads: int = 2, n_batch: int = 256, seed: int = 0) -> None:
         try:

@@ -44,6 +44,8 @@ class OpenAICompatLLM:
         ConfigError: no base URL was given or found in the environment, or a bad schema_format.
     """
 
+    provider = "openai"  # OpenTelemetry gen_ai.provider.name (the OpenAI-compatible protocol)
+
     def __init__(self, base_url: str | None = None, model: str | None = None,
                  api_key: str | None = None, *, timeout_s: float = 30.0,
                  schema_format: str = "json_schema", client: Any = None) -> None:

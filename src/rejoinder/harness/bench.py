@@ -109,6 +109,7 @@ class BenchOptions:
     on_call: Callable[[dict[str, Any]], None] | None = None   # progress callback (call record)
     on_level: Callable[[int, dict[str, Any]], None] | None = None
     hashes: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, int] = field(default_factory=dict)  # other processes to sample (name → pid)
 
 
 def ear_check(turns: list, onsets: list[float]) -> list[float | None]:
@@ -185,6 +186,11 @@ async def run_level(agent: AgentLike, scenarios: list[Scenario], rendered: dict[
     """Run one concurrency level; returns its resource statistics (also stored)."""
     mon = Monitor()
     mon.start()
+    sampler = None
+    if opts.processes:  # model servers and the network emulator: their CPU and RSS too
+        from ..hosting.servers import ProcessSampler
+        sampler = ProcessSampler(opts.processes)
+        sampler.start()
     t0 = time.perf_counter()
     caller_cpu: list[float] = []
 
@@ -202,6 +208,8 @@ async def run_level(agent: AgentLike, scenarios: list[Scenario], rendered: dict[
                 tg.create_task(worker(w))
     finally:
         stats = await mon.stop()
+        if sampler is not None:
+            stats["processes"] = await sampler.stop()
         stats["caller_cpu_s"] = round(sum(caller_cpu), 4)
         stats["caller_cpu_share"] = round(sum(caller_cpu) / stats["cpu_s"], 5) if stats["cpu_s"] > 0 else None
         stats["calls"] = level * opts.repeat * len(scenarios)

@@ -25,7 +25,8 @@ err = console(stderr=True)
 out = table_console()  # tables fit the terminal; piped or captured: 132 columns, not 80
 
 STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
-                         help="run store file (default: runs.sqlite in the user data directory)")
+                         help="run store: a SQLite file, or postgresql://user:password@host:5432/dbname "
+                         "(default: runs.sqlite in the user data directory)")
 
 
 def _fail(exc: Exception) -> None:
@@ -33,18 +34,18 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _open(store: Optional[Path], *, must_exist: bool = False):
+def _open(store: Optional[str], *, must_exist: bool = False):
     """The run store; ``must_exist`` for read-only commands, so a mistyped path is an error
     instead of a new empty store."""
-    from .store import RunStore, StoreError, default_store_path
-    path = store if store is not None else default_store_path()
-    if must_exist and not Path(path).exists():
-        raise StoreError(f"no run store at {path}; run `rejoinder bench` first or pass the right --store")
-    return RunStore(store)
+    from .store import open_store
+    return open_store(store, create=not must_exist)
 
 
-def _store_flag(store: Optional[Path]) -> str:
-    return f" --store {store}" if store is not None else ""
+def _store_flag(store: Optional[str]) -> str:
+    if store is None:
+        return ""
+    from .store.postgres import redact
+    return f" --store {redact(store)}"
 
 
 def _levels(text: str) -> list[int]:
@@ -140,13 +141,18 @@ def register(app: typer.Typer) -> None:
               config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
-              hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
-              network: Optional[str] = typer.Option(None, help="network-profile label"),
+              hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
+                                                    "in-process, servers, managed-tts"),
+              network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
+                                                    "comma-separated: loopback, same-zone, cross-zone, regional, "
+                                                    "cross-region, regional-lossy"),
+              failures: bool = typer.Option(False, "--failures", help="with --hosting: also run each "
+                                            "arrangement with the TTS stream dying mid-sentence"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
               faults: Optional[str] = typer.Option(None, help="inject faults into every call: a spec "
                                                    "like 'tts:drop@1%0.3,llm:stall=2500@3' or 'default'"),
               fault_seed: int = typer.Option(0, help="seed of the fault injection"),
-              store: Optional[Path] = STORE_OPT,
+              store: Optional[str] = STORE_OPT,
               artifacts: Optional[Path] = typer.Option(None, help="per-call timelines/transcripts folder "
                                                        "(default: beside the store)"),
               keep_audio: bool = typer.Option(False, help="keep each call's stereo recording"),
@@ -195,10 +201,6 @@ def register(app: typer.Typer) -> None:
                 if not scs:
                     raise RejoinderError(f"{label}: no scenario is tagged {', '.join(tags)}")
             cfg = load_config(config, agent=agent, tts=tts, llm=llm)
-            if hosting:
-                cfg.hosting = hosting
-            if network:
-                cfg.network = network
             if faults:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)
@@ -210,6 +212,16 @@ def register(app: typer.Typer) -> None:
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
+        if hosting or network:  # the hosting comparison: one stored run per arrangement × profile
+            from .bench import BenchOptions as _Opts
+            from .hosting_cli import run_hosting
+            raise typer.Exit(run_hosting(
+                hosting=[h for h in (hosting or "servers").replace(" ", "").split(",") if h],
+                networks=[n for n in (network or "loopback").replace(" ", "").split(",") if n],
+                failures=failures, cfg=cfg, scenarios=scs, store=st, suite=label, err=err, out=out,
+                json_out=json_out, command=" ".join(["rejoinder"] + sys.argv[1:]),
+                opts=_Opts(levels=levels, repeat=repeat, hashes=hashes, call_timeout_s=call_timeout,
+                           artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio)))
         conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
                                  agent=runtime.agent)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
@@ -217,7 +229,7 @@ def register(app: typer.Typer) -> None:
             st.add_note(run_id, note)
         total = sum(levels) * len(scs) * repeat
         err.print(f"run [bold]{run_id}[/] · {len(scs)} scenario(s) × levels {levels} × {repeat} → {total} calls "
-                  f"· store {plain(st.path)}")
+                  f"· store {plain(st.where)}")
         failed = 0
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err) as progress:
@@ -230,7 +242,7 @@ def register(app: typer.Typer) -> None:
                                 f"{failed} failed task(s)")
 
             opts = BenchOptions(levels=levels, repeat=repeat, hashes=hashes, on_call=on_call,
-                                artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
+                                artifacts=artifacts or st.artifacts_root, keep_audio=keep_audio,
                                 call_timeout_s=call_timeout)
             try:
                 status = asyncio.run(run_bench(runtime, scs, st, run_id, opts))
@@ -251,7 +263,7 @@ def register(app: typer.Typer) -> None:
                   f"`rejoinder report {run_id}{plain(_store_flag(store))}` for the plots")
 
     @runs.command("list")
-    def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[Path] = STORE_OPT,
+    def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[str] = STORE_OPT,
                   json_out: bool = typer.Option(False, "--json")) -> None:
         """The newest runs: status, suite, levels, calls and task success."""
         try:
@@ -276,7 +288,7 @@ def register(app: typer.Typer) -> None:
 
     @runs.command("show")
     def runs_show(run: str = typer.Argument("last", help="run id, unique prefix, or last / last~N"),
-                  store: Optional[Path] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+                  store: Optional[str] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
         """A run's summary per level, its notes and its failed checks."""
         from .summary import run_summary
         try:
@@ -303,7 +315,7 @@ def register(app: typer.Typer) -> None:
 
     @runs.command("search")
     def runs_search(text: str = typer.Argument(..., help='words (all required), or FTS5 syntax: "a phrase", OR, prefix*'),
-                    store: Optional[Path] = STORE_OPT, limit: int = typer.Option(30),
+                    store: Optional[str] = STORE_OPT, limit: int = typer.Option(30),
                     json_out: bool = typer.Option(False, "--json")) -> None:
         """Full-text search over transcripts, failure reasons, notes and run conditions."""
         try:
@@ -322,7 +334,7 @@ def register(app: typer.Typer) -> None:
 
     @runs.command("note")
     def runs_note(run: str = typer.Argument(...), text: str = typer.Argument(...),
-                  store: Optional[Path] = STORE_OPT) -> None:
+                  store: Optional[str] = STORE_OPT) -> None:
         """Attach a free-text note to a run (searchable)."""
         try:
             st = _open(store, must_exist=True)
@@ -335,7 +347,7 @@ def register(app: typer.Typer) -> None:
     def runs_compare(a: str = typer.Argument(..., help="run A (baseline)"), b: str = typer.Argument(..., help="run B"),
                      concurrency: Optional[int] = typer.Option(None, help="only this level"),
                      min_ms: float = typer.Option(10.0, help="smallest difference worth calling real"),
-                     store: Optional[Path] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
+                     store: Optional[str] = STORE_OPT, json_out: bool = typer.Option(False, "--json")) -> None:
         """Every boundary side by side: medians, Δ (B − A), bootstrap 95 % CI, and which are real."""
         from .compare import compare_runs
         try:
@@ -364,10 +376,47 @@ def register(app: typer.Typer) -> None:
             out.print("real differences: " + (", ".join(lv["real"]) or "none")
                       + f"  (family-wise 95 % CI excludes 0 and |Δ| ≥ {res['min_ms']:.0f} ms)")
 
+    @runs.command("export")
+    def runs_export(refs: Optional[list[str]] = typer.Argument(None, help="runs to export (ids, prefixes, "
+                                                               "last, last~N); default: every run"),
+                    out_path: Path = typer.Option(Path("-"), "--out", help="file to write (- = stdout)"),
+                    store: Optional[str] = STORE_OPT) -> None:
+        """Write runs (with their calls, turns, levels and notes) to a JSON Lines file."""
+        from .store.transfer import export_runs
+        try:
+            st = _open(store, must_exist=True)
+            if str(out_path) == "-":
+                n, calls = export_runs(st, refs or [], sys.stdout)
+            else:
+                with open(out_path, "w", encoding="utf-8") as fh:
+                    n, calls = export_runs(st, refs or [], fh)
+        except (RejoinderError, OSError) as exc:
+            _fail(exc)
+        err.print(f"exported {n} run(s), {calls} call(s) from {st.where}"
+                  + ("" if str(out_path) == "-" else f" to {out_path}"), soft_wrap=True, highlight=False)
+
+    @runs.command("import")
+    def runs_import(source: Path = typer.Argument(..., help="a file written by `runs export` (- = stdin)"),
+                    store: Optional[str] = STORE_OPT) -> None:
+        """Add the runs of an export file to this store (runs it already has are skipped)."""
+        from .store.transfer import import_runs
+        try:
+            st = _open(store)
+            if str(source) == "-":
+                done, skipped = import_runs(st, sys.stdin)
+            else:
+                with open(source, encoding="utf-8") as fh:
+                    done, skipped = import_runs(st, fh)
+        except (RejoinderError, OSError) as exc:
+            _fail(exc)
+        err.print(f"imported {len(done)} run(s) into {st.where}"
+                  + (f"; skipped {len(skipped)} already there: {', '.join(skipped)}" if skipped else ""),
+                  soft_wrap=True, highlight=False)
+
     @app.command()
     def report(run: str = typer.Argument("last", help="run id, unique prefix, or last"),
                out_path: Optional[Path] = typer.Option(None, "--out", help="HTML file to write"),
-               store: Optional[Path] = STORE_OPT) -> None:
+               store: Optional[str] = STORE_OPT) -> None:
         """Write one self-contained HTML report (plots + conditions) and print the summary table."""
         from .report import write_report
         from .summary import run_summary

@@ -99,9 +99,11 @@ def file_hash(path: Path, chunk: int = 1 << 20) -> str:
 
 def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repeat: int,
             suite: str, hosting: str | None = None, network: str | None = None,
-            agent: Any = None) -> dict[str, Any]:
+            agent: Any = None, arrangement: str | None = None, **extra: Any) -> dict[str, Any]:
     """Everything that defines a run's conditions (JSON-ready), including the agent that ran
-    (its name, source, instructions and tools: :meth:`rejoinder.agent.Agent.describe`)."""
+    (its name, source, instructions and tools: :meth:`rejoinder.agent.Agent.describe`). ``extra``
+    adds keys (e.g. the network profile's parameters and the model servers' cold starts of a
+    hosting run)."""
     try:
         version = metadata.version("rejoinder")
     except metadata.PackageNotFoundError:
@@ -117,11 +119,12 @@ def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repe
         "agent": agent.describe() if agent is not None else None,
         "hosting": hosting or getattr(cfg, "hosting", None),
         "network": network or getattr(cfg, "network", None),
-        "arrangement": "one process, N concurrent calls as asyncio tasks sharing the loaded models",
+        "arrangement": arrangement or "one process, N concurrent calls as asyncio tasks sharing the loaded models",
         "concurrency": concurrency,
         "repeat": repeat,
         "suite": suite,
         "scenarios": scenarios,
+        **redact(extra),
     }
 
 

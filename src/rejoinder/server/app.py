@@ -1,4 +1,5 @@
-"""The ASGI app: the browser client at ``/``, ``GET /health``, WebSockets ``/ws`` and ``/twilio``.
+"""The ASGI app: the browser client at ``/``, ``GET /health``, ``GET /metrics`` (Prometheus
+exposition format, see :mod:`rejoinder.telemetry.metrics`), WebSockets ``/ws`` and ``/twilio``.
 
 Each accepted socket is one call through the same :class:`~rejoinder.session.Session` as
 ``rejoinder call``. Models are loaded once per process, in the background at startup (``/health``
@@ -17,11 +18,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketState
 
+from .. import telemetry
 from ..agent import Agent
 from ..session import Stack
 from ..tools import CallContext
@@ -50,7 +52,8 @@ class ServerConfig(BaseModel):
     msgs_per_s: float = Field(120, gt=0, description="sustained messages per second per socket")
     bytes_per_s: float = Field(200_000, gt=0, description="sustained bytes per second per socket")
     store_dir: Path | None = Field(None, description="folder for call records; None keeps none")
-    run_store: Path | None = Field(None, description="harness run store (SQLite) for live calls")
+    run_store: str | Path | None = Field(None, description="harness run store for live calls: a SQLite "
+                                         "file or a postgresql:// URL")
     record_runs: bool = Field(False, description="record live calls in the run store")
 
 
@@ -114,6 +117,14 @@ class AgentProvider:
     async def close_call(self, ctx: CallContext) -> Any:
         return await self.runtime.close_call(ctx)
 
+    def loaded_models(self) -> dict[str, int]:
+        """``{stage: 1}`` for each model stage loaded (the ``rejoinder_models_loaded`` gauge)."""
+        stack = self.runtime.models
+        if stack is None:
+            return {}
+        return {stage: 1 for stage in ("vad", "turn", "stt", "llm", "tts", "backup_tts")
+                if getattr(stack, stage, None) is not None}
+
 
 class _State:
     def __init__(self, cfg: ServerConfig, provider: CallProvider) -> None:
@@ -146,6 +157,13 @@ async def _close(ws: WebSocket, ended: CallEnded | None, *, json_errors: bool) -
 def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
     """Build the server app. Models load in the background when the app starts."""
     state = _State(cfg, provider)
+    tel = telemetry.configure(prometheus=True)
+
+    def models_loaded() -> dict[str, int]:
+        loaded = getattr(provider, "loaded_models", None)
+        if loaded is not None:
+            return loaded()
+        return {"all": int(state.models == "ready")}
 
     async def load_models() -> None:
         try:
@@ -158,6 +176,10 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         task = asyncio.create_task(load_models())
+        from ..telemetry.metrics import LoopLag
+        lag = LoopLag()
+        lag.start()
+        tel.instruments.add_server(models_loaded, lag)
         if cfg.record_runs:
             state.runs = await asyncio.to_thread(LiveRuns, cfg.run_store, _conditions(provider, cfg),
                                                  "rejoinder serve")
@@ -169,6 +191,8 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                 await task
             if state.runs is not None:
                 await asyncio.to_thread(state.runs.close)
+            tel.instruments.remove_server(lag)
+            await lag.stop()
 
     app = FastAPI(title="rejoinder", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.rejoinder = state
@@ -216,6 +240,13 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
             return JSONResponse({"detail": f"no call {ref!r} (reports are kept for the last "
                                            f"{state.reports.keep} calls)"}, status_code=404)
         return JSONResponse(report)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus exposition format: latency histograms, counters and gauges (no call ids)."""
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+        body = await asyncio.to_thread(generate_latest, REGISTRY)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def serve(ws: WebSocket, transport: str) -> None:
         await ws.accept()

@@ -24,8 +24,9 @@ def register(app: typer.Typer) -> None:
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               store: Path = typer.Option(Path("out/live"), help="folder for call recordings and timelines"),
-              runs: Optional[Path] = typer.Option(None, help="harness run store for live calls "
-                                                  "(default: $REJOINDER_STORE or the user data dir)"),
+              runs: Optional[str] = typer.Option(None, help="harness run store for live calls: a SQLite "
+                                                 "file or postgresql://… (default: $REJOINDER_STORE or "
+                                                 "the user data dir)"),
               no_store: bool = typer.Option(False, "--no-store", help="keep no call records"),
               log_level: str = typer.Option("info")) -> None:
         """Serve the agent: talk to it from a browser (/), a WebSocket client (/ws) or a phone
@@ -56,6 +57,13 @@ def register(app: typer.Typer) -> None:
         if len(secret) < 8:
             error(console, "the token must have at least 8 characters")
             raise typer.Exit(2)
+        if not no_store:  # a wrong store URL or a server that is down: say so before serving
+            from ..harness.store import open_store
+            try:
+                open_store(runs).close()
+            except RejoinderError as exc:
+                console.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False)
+                raise typer.Exit(2)
         server_cfg = ServerConfig(token=secret, max_calls=max_calls, max_call_s=max_call_s,
                                   store_dir=None if no_store else store, run_store=runs,
                                   record_runs=not no_store)

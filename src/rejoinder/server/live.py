@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol, Union
 
 import numpy as np
 
+from .. import telemetry
 from ..agent import Agent
 from ..clock import RealClock
 from ..events import AgentSpeech, Event, EventBus, TranscriptEvent
@@ -74,6 +75,7 @@ class LiveCall:
         self.timeline = Timeline(record.timeline_path)
         self.bus.subscribe(self.timeline)
         self.bus.subscribe(self._on_event)
+        self.telemetry = telemetry.observe_call(self.bus, call_id, self.clock, transport=transport)
         self.ctx = ctx
         self.session = Session(self.st, stack, agent, ctx, policy=policy,
                                max_seconds=max_call_s + 60.0, caller_side_playout=False,
@@ -228,5 +230,9 @@ class LiveCall:
                                   "reason": self.ended.reason if self.ended else "cancelled"}
             self.meta["duration_ms"] = round(self.clock.now_ms(), 1)
             self.meta["observer_errors"] = self.bus.observer_errors
+            if self.telemetry is not None:
+                code = self.ended.code if self.ended else None
+                self.telemetry.finish(self.timeline.records(),
+                                      error=None if code in (1000, 1001) else f"closed with {code}")
             self.record.finish(self.timeline, self.meta)
         return self.ended

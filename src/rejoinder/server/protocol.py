@@ -79,7 +79,7 @@ class Played(_Msg):
     ``stall`` (buffer ran dry for ``duration_ms``)."""
 
     type: Literal["played"]
-    turn_id: int = Field(ge=1)
+    turn_id: int = Field(ge=0)  # 0: the greeting (played, not measured)
     event: Literal["start", "end", "cut", "stall"]
     t: float
     duration_ms: float | None = Field(None, ge=0, le=600000)

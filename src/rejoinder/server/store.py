@@ -83,10 +83,10 @@ class LiveRuns:
     (``suite = "live"``), one ``calls`` row per call (scenario ``live-browser`` / ``live-twilio``)
     with its turns; the call folder is the row's ``artifacts``."""
 
-    def __init__(self, path: Path | None, conditions: dict[str, Any], command: str) -> None:
+    def __init__(self, path: str | Path | None, conditions: dict[str, Any], command: str) -> None:
         import threading
-        from ..harness.store import RunStore
-        self.store = RunStore(path)
+        from ..harness.store import open_store
+        self.store = open_store(path)
         self.run_id = self.store.begin_run(conditions, suite="live", command=command)
         self._lock = threading.Lock()
         self.calls = 0

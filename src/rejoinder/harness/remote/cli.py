@@ -65,7 +65,7 @@ def make_target(url: str, protocol: str, token: str | None, jitter_ms: float):
 
 def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float, suite: str | None,
           only: list[str] | None, tags: list[str] | None, levels: list[int], repeat: int, hosting: str | None,
-          network: str | None, note: str | None, store: Path | None, artifacts: Path | None, keep_audio: bool,
+          network: str | None, note: str | None, store: str | None, artifacts: Path | None, keep_audio: bool,
           call_timeout: float, report: Path | None, json_out: bool) -> None:
     """The remote branch of ``rejoinder bench`` (options as there)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -99,7 +99,7 @@ def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float
             st.add_note(run_id, note)
         err.print(f"run [bold]{run_id}[/] · target {target.spec.shown_url} ({target.spec.protocol}, jitter buffer "
                   f"{target.spec.jitter_ms:.0f} ms) · {len(scs)} scenario(s) × levels {levels} × {repeat} → {total} "
-                  f"calls · store {st.path}", soft_wrap=True)
+                  f"calls · store {st.where}", soft_wrap=True)
         failed = 0
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err) as progress:
@@ -111,7 +111,7 @@ def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float
                 progress.update(task, advance=1, description=f"{rec['concurrency']} at once · {failed} failed task(s)")
 
             opts = BenchOptions(levels=levels, repeat=repeat, hashes=hashes, on_call=on_call,
-                                artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
+                                artifacts=artifacts or st.artifacts_root, keep_audio=keep_audio,
                                 call_timeout_s=call_timeout)
             await run_bench(target, scs, st, run_id, opts)
         return run_id

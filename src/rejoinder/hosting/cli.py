@@ -1,0 +1,171 @@
+"""``rejoinder models serve tts|stt|llm``: the embedded models behind the services' protocols.
+
+Each server loads its model, then listens, then prints one line ``ready <url>`` on stdout (the
+harness measures cold start from process start to the first answered request). SIGTERM/SIGINT
+stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Optional
+
+import typer
+
+PROTOCOLS = {"tts": ("cartesia", "sagemaker"), "stt": ("cartesia",), "llm": ("openai",)}
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def _until_stopped() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``models serve`` to ``app``."""
+    models = typer.Typer(help="Serve the embedded models behind the services' wire protocols.",
+                         no_args_is_help=True)
+    app.add_typer(models, name="models")
+
+    @models.command("serve")
+    def serve(stage: str = typer.Argument(..., help="tts | stt | llm"),
+              protocol: Optional[str] = typer.Option(None, help="tts: cartesia | sagemaker; stt: "
+                                                     "cartesia; llm: openai (the default for each)"),
+              host: str = typer.Option("127.0.0.1", help="interface to listen on"),
+              port: int = typer.Option(..., help="TCP port"),
+              engine: Optional[str] = typer.Option(None, help="tts: piper (default) | espeak"),
+              api_key: Optional[str] = typer.Option(None, envvar="REJOINDER_SERVER_API_KEY",
+                                                    help="key clients must send (Cartesia); "
+                                                    "default: no authentication"),
+              endpoint_name: str = typer.Option("rejoinder-tts", help="sagemaker: the endpoint name"),
+              region: str = typer.Option("us-east-1", help="sagemaker: the region in signatures"),
+              faults: Optional[str] = typer.Option(None, help="server-side faults, e.g. "
+                                                   "'tts:error@3%0.2' or 'tts:garbage@1'"),
+              fault_seed: int = typer.Option(0, help="seed of the server-side faults"),
+              initial_prompt: Optional[str] = typer.Option(None, help="stt: Whisper's prompt (default: "
+                                                           "the agent's, as in-process)"),
+              agent: Optional[str] = typer.Option(None, help="stt: the agent whose vocabulary prompts "
+                                                  "Whisper (default: the reference support agent)"),
+              interim_ms: float = typer.Option(0.0, help="stt: interim transcripts every N ms of audio")) -> None:
+        """Serve one model stage: TTS over Cartesia Sonic's WebSocket or a SageMaker-shaped
+        response stream, STT over Cartesia Ink's WebSocket, LLM over the OpenAI chat API."""
+        from ..cliout import console as make_console
+        from ..cliout import error, plain
+        from ..errors import RejoinderError
+        from .wire import ServerFaults
+
+        console = make_console(stderr=True)
+        protocol = protocol or PROTOCOLS.get(stage, ("",))[0]
+        if stage not in PROTOCOLS or protocol not in PROTOCOLS[stage]:
+            error(console, f"cannot serve {stage!r} over {protocol!r}; valid: "
+                  + "; ".join(f"{s}: {', '.join(p)}" for s, p in PROTOCOLS.items()))
+            raise typer.Exit(2)
+        try:
+            injected = ServerFaults.parse(faults, stage, fault_seed) if stage != "llm" else None
+            if stage == "llm":
+                _serve_llm(host, port)
+                return
+            if stage == "stt" and initial_prompt is None:  # the same prompt as the in-process STT
+                from ..agent import load_agent
+                initial_prompt = load_agent(agent).stt_prompt() or ""
+            asyncio.run(_serve(stage, protocol, host, port, engine, api_key, endpoint_name, region,
+                               injected, initial_prompt, interim_ms, console))
+        except RejoinderError as exc:
+            error(console, exc)
+            raise typer.Exit(2)
+        except OSError as exc:
+            error(console, f"cannot listen on {host}:{port}: {exc}")
+            raise typer.Exit(2)
+
+
+def _build_tts(engine: str | None):
+    from ..adapters.registry import BUILDERS, StackConfig, validate
+
+    cfg = StackConfig(tts=engine or "piper")
+    if cfg.tts not in ("piper", "espeak"):
+        from ..errors import ConfigError
+        raise ConfigError(f"the TTS server serves a local engine: piper or espeak, not {cfg.tts!r}")
+    validate(cfg)
+    return BUILDERS["tts"][cfg.tts](cfg)
+
+
+def _build_stt(initial_prompt: str | None):
+    from ..adapters.registry import BUILDERS, StackConfig
+
+    cfg = StackConfig()
+    cfg.whisper.initial_prompt = initial_prompt or None
+    return BUILDERS["stt"]["whisper-base"](cfg)
+
+
+async def _run_ws(server, host: str, port: int, path: str) -> None:
+    """Listen with a WebSocket server until SIGTERM/SIGINT."""
+    ws = await server.serve(host, port)
+    _say(f"ready ws://{host}:{port}{path}")
+    try:
+        await _until_stopped()
+    finally:
+        ws.close()
+        await ws.wait_closed()
+
+
+async def _serve(stage, protocol, host, port, engine, api_key, endpoint_name, region, faults,
+                 initial_prompt, interim_ms, console) -> None:
+    if stage == "stt":
+        from .cartesia_stt_server import CartesiaSTTServer
+
+        server = CartesiaSTTServer(await asyncio.to_thread(_build_stt, initial_prompt), api_key=api_key,
+                                   interim_ms=interim_ms, faults=faults)
+        await _run_ws(server, host, port, "/stt/websocket")
+        return
+    tts = await asyncio.to_thread(_build_tts, engine)
+    if protocol == "cartesia":
+        from .cartesia_tts_server import CartesiaTTSServer
+
+        await _run_ws(CartesiaTTSServer(tts, api_key=api_key, faults=faults), host, port, "/tts/websocket")
+        return
+    import uvicorn
+
+    from .sagemaker_server import create_app
+
+    access, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not (access and secret):
+        console.print("[yellow]no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY: requests are not authenticated[/]")
+    web = create_app(tts, endpoint_name=endpoint_name, access_key=access, secret_key=secret,
+                     region=region, faults=faults)
+    config = uvicorn.Config(web, host=host, port=port, log_level="warning", lifespan="off")
+    srv = uvicorn.Server(config)
+    srv.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.get_running_loop().create_task(srv.serve())
+    while not srv.started:
+        if task.done():
+            task.result()
+            raise OSError("uvicorn stopped before it listened")
+        await asyncio.sleep(0.02)
+    _say(f"ready http://{host}:{port}/endpoints/{endpoint_name}/invocations-response-stream")
+    try:
+        await _until_stopped()
+    finally:
+        srv.should_exit = True
+        await task
+
+
+def _serve_llm(host: str, port: int) -> None:
+    """The LLM over the OpenAI chat API: llama.cpp's server (llama-cpp-python) with tool calling,
+    started by :mod:`rejoinder.adapters.llama_server`."""
+    try:
+        from ..adapters import llama_server  # type: ignore[attr-defined]
+    except ImportError:
+        from ..errors import ConfigError
+        raise ConfigError("serving the LLM needs rejoinder.adapters.llama_server (the llama.cpp "
+                          "server with tool calling), which this build does not have yet") from None
+    llama_server.serve(host=host, port=port)  # pragma: no cover — wired when that module lands
