@@ -6,5 +6,5 @@ def test_public_names_are_exported_and_resolve():
         assert getattr(rejoinder, name) is not None, name
     assert rejoinder.__version__ == "0.1.0"
     assert set(rejoinder.SEGMENTS) == {"endpointing", "transcription", "tool_choice", "tools", "llm_ttft",
-                                       "first_text", "tts_ttfb", "audio_out", "playout",
+                                       "first_text", "tts_ttfb", "audio_out", "arrival", "playout",
                                        "lead_silence"}

@@ -143,7 +143,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     if greets:
         session.greet()
     t = 0.0
-    over = _Overtalk()
+    over = Overtalk()
     try:
         while not caller.done and t < max_ms and session.hangup is None:
             await clock.pace(t)
@@ -177,7 +177,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
                       hangup=session.hangup)
 
 
-class _Overtalk:
+class Overtalk:
     """Caller-side over-talk: from the caller's first voiced sample spoken over audible agent
     audio to the first frame in which the agent is silent at the caller's ear (20 ms resolution)."""
 

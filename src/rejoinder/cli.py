@@ -64,28 +64,38 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
          config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
          tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
          llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
-         json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout")) -> None:
+         json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout"),
+         target: Optional[str] = typer.Option(None, help="call an agent over a socket instead: ws://HOST:PORT/PATH"),
+         protocol: str = typer.Option("auto", help="with --target: twilio | rejoinder | auto"),
+         target_token: Optional[str] = typer.Option(None, envvar="REJOINDER_TARGET_TOKEN",
+                                                    help="with --target: the target's token"),
+         jitter_ms: float = typer.Option(60.0, help="with --target: the caller's jitter buffer (ms)")) -> None:
     """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
     from .config import load_config
     from .runtime import Runtime, load_caller
     try:
-        cfg = load_config(config, agent=agent, tts=tts, llm=llm)
-        from .adapters.registry import validate
-        validate(cfg.stack)
-        runtime = Runtime(cfg)
+        if target:
+            from .harness.remote import cli as remote_cli
+            result, sc = remote_cli.call(source=source, target_url=target, protocol=protocol, token=target_token,
+                                     jitter_ms=jitter_ms, out=out, json_out=json_out)
+        else:
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
+            from .adapters.registry import validate
+            validate(cfg.stack)
+            runtime = Runtime(cfg)
 
-        async def main():
-            turns, phone, sc = await load_caller(source)
-            out.mkdir(parents=True, exist_ok=True)
-            with console.status("loading models…"):
-                await runtime.warmup()
-            console.print(f"calling: {plain(sc.name)} ({len(turns)} caller turns, real time) "
-                          f"with agent {plain(repr(runtime.agent.name))}…")
-            res = await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
-                                     turn_policy=sc.turn_policy)
-            return res, sc
+            async def main():
+                turns, phone, sc = await load_caller(source)
+                out.mkdir(parents=True, exist_ok=True)
+                with console.status("loading models…"):
+                    await runtime.warmup()
+                console.print(f"calling: {plain(sc.name)} ({len(turns)} caller turns, real time) "
+                              f"with agent {plain(repr(runtime.agent.name))}…")
+                res = await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms,
+                                         turn_policy=sc.turn_policy)
+                return res, sc
 
-        result, sc = asyncio.run(main())
+            result, sc = asyncio.run(main())
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {plain(out)}")
         raise typer.Exit(130)
@@ -127,7 +137,7 @@ def demo(out: Path = typer.Option(Path("out/demo")),
          json_out: bool = typer.Option(False, "--json")) -> None:
     """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)
     against the LLM-driven support agent (or ``--agent``)."""
-    call(BUNDLED_CALL, out=out, agent=agent, config=None, tts=tts, llm=llm, json_out=json_out)
+    call(BUNDLED_CALL, out=out, agent=agent, config=None, tts=tts, llm=llm, json_out=json_out, target=None)
 
 
 @app.command()

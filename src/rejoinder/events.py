@@ -31,6 +31,7 @@ BoundaryName = Literal[
     "tts_first_audio",
     "tts_end",
     "first_audio_out",
+    "first_audio_in",
     "playout_start",
     "playback_start",
     "answer_start",

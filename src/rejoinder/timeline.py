@@ -20,6 +20,10 @@ llm_ttft            last ``llm_first_token`` before first    LLM time to first t
 first_text          ``first_speakable_text``                 text until a speakable chunk
 tts_ttfb            first ``tts_first_audio``                TTS time to first audio
 audio_out           ``first_audio_out``                      hand-off to the transport
+arrival             ``first_audio_in``                       until the reply's first audio reached
+                                                             the caller's socket (remote targets:
+                                                             the network; a black-box target:
+                                                             everything before its audio arrived)
 playout             ``playout_start``                        transport and buffering until the
                                                              reply's first sample is played
 lead_silence        ``playback_start``                       leading silence in the TTS audio
@@ -40,7 +44,7 @@ from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCal
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
 SEGMENTS = ("endpointing", "transcription", "tool_choice", "tools", "llm_ttft", "first_text",
-            "tts_ttfb", "audio_out", "playout", "lead_silence")
+            "tts_ttfb", "audio_out", "arrival", "playout", "lead_silence")
 
 
 @dataclass
@@ -85,6 +89,7 @@ class TurnRecord:
             ("first_text", s.get("first_speakable_text")),
             ("tts_ttfb", s.get("tts_first_audio")),
             ("audio_out", s.get("first_audio_out")),
+            ("arrival", s.get("first_audio_in")),
             ("playout", s.get("playout_start")),
             ("lead_silence", end),
         ]
@@ -136,6 +141,7 @@ class TurnRecord:
             "resumed": self.resumed,
             "rejected": self.rejected,
             "initiated": self.initiated,
+            "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
         }
 
 

@@ -1,5 +1,7 @@
 """The evaluation harness: scripted callers, concurrency sweeps, the run store and reports.
 
+Remote targets (agents reached over a socket) are in :mod:`rejoinder.harness.remote`.
+
 Public names (the CLI is in :mod:`rejoinder.harness.cli`)::
 
     load_suite, scenario_hash          suites of scenario YAML files

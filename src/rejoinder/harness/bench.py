@@ -145,7 +145,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                        call_id=call_id, turn_policy=sc.turn_policy), opts.call_timeout_s)
         caller = res.caller
         truth = caller.truth if caller else []
-        verdict = evaluate(sc, res, truth, caller.cues if caller else [])
+        verdict = evaluate(sc, res, truth, caller.cues if caller else [], owned=getattr(res, "owners", None),
+                           observable=getattr(res, "observable", None))
         ears = ear_check(res.turns, caller.heard_onsets if caller else [])
         for r, ear in zip(res.turns, ears):
             s = r.summary()
@@ -160,6 +161,10 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                           "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
                           "control": res.control_metrics(),
                           "turn_taking": res.turn_taking_metrics()})
+        if verdict.skipped:
+            rec["extra"]["skipped_checks"] = verdict.skipped
+        if getattr(res, "target", None):  # a remote agent: what it said about this call
+            rec["extra"]["target"] = res.target
     except Exception as exc:  # noqa: BLE001 — overload and crashes become data, not a dead sweep
         reason = "timed out" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else repr(exc)
         rec.update(duration_ms=round(1000.0 * (time.perf_counter() - t0) - offset_ms, 1), caller_cpu_s=None,

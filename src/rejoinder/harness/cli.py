@@ -96,9 +96,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         shown = True
         ot, gap = lv["overtalk_ms"], lv["recovery_gap_ms"]
         ctl.add_row(str(lv["concurrency"]), _f(ot["p50"]), _f(ot["p95"]), str(lv.get("overtalk_n", "")),
-                    _f(gap["p50"]), _f(gap["p95"]), str(lv["faults_injected"]), str(lv["recoveries"]),
-                    str(lv["overlapping_audio"]), str(lv["unheard_context_words"]),
-                    str(lv["silences_over_1s_in_reply"]))
+                    _f(gap["p50"]), _f(gap["p95"]), _f(lv["faults_injected"]), _f(lv["recoveries"]),
+                    _f(lv["overlapping_audio"]), _f(lv["unheard_context_words"]),
+                    _f(lv["silences_over_1s_in_reply"]))
     if shown:
         out.print(ctl)
     print_turn_taking(summary)
@@ -181,8 +181,19 @@ def register(app: typer.Typer) -> None:
               keep_audio: bool = typer.Option(False, help="keep each call's stereo recording"),
               call_timeout: float = typer.Option(600.0, help="seconds before a call counts as failed"),
               report: Optional[Path] = typer.Option(None, help="also write the HTML report here"),
-              json_out: bool = typer.Option(False, "--json", help="print the JSON summary on stdout")) -> None:
-        """Run the suite at each concurrency level and store the run (N calls at once in this process)."""
+              json_out: bool = typer.Option(False, "--json", help="print the JSON summary on stdout"),
+              tag: Optional[str] = typer.Option(None, help="only scenarios with one of these tags (comma-separated), "
+                                                "e.g. real-speech"),
+              target: Optional[str] = typer.Option(None, help="call an agent over a socket instead: ws://HOST:PORT/PATH "
+                                                   "(Twilio Media Streams, or rejoinder's /ws)"),
+              protocol: str = typer.Option("auto", help="with --target: twilio | rejoinder | auto (a path ending in "
+                                           "/ws is rejoinder's protocol)"),
+              target_token: Optional[str] = typer.Option(None, envvar="REJOINDER_TARGET_TOKEN",
+                                                         help="with --target: the target's token"),
+              jitter_ms: float = typer.Option(60.0, help="with --target: the caller's jitter buffer (ms), part of V2V")
+              ) -> None:
+        """Run the suite at each concurrency level and store the run (N calls at once in this process,
+        or N sockets to --target)."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         from . import conditions as cond_mod
@@ -190,10 +201,28 @@ def register(app: typer.Typer) -> None:
         from .suite import load_suite, scenario_hash
         from .summary import run_summary
         levels = _levels(concurrency)
+        tags = [t for t in (tag or "").split(",") if t] or None
+        if target:
+            local = [f"--{k}" for k, v in (("agent", agent), ("config", config), ("tts", tts), ("llm", llm),
+                                           ("faults", faults)) if v]
+            if local:
+                _fail(RejoinderError(f"{', '.join(local)} configure the in-process agent; with --target the agent "
+                                     "is the target (configure it there)"))
+            from .remote import cli as remote_cli
+            remote_cli.bench(target_url=target, protocol=protocol, token=target_token, jitter_ms=jitter_ms,
+                             suite=suite, only=[s for s in (scenarios or "").split(",") if s] or None, tags=tags,
+                             levels=levels, repeat=repeat, hosting=hosting, network=network, note=note, store=store,
+                             artifacts=artifacts, keep_audio=keep_audio, call_timeout=call_timeout, report=report,
+                             json_out=json_out)
+            return
         try:
             from ..config import load_config
             from ..runtime import Runtime
             label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
+            if tags:
+                scs = [sc for sc in scs if set(tags) & set(sc.tags)]
+                if not scs:
+                    raise RejoinderError(f"{label}: no scenario is tagged {', '.join(tags)}")
             cfg = load_config(config, agent=agent, tts=tts, llm=llm)
             if faults:
                 from ..adapters.faults import parse_faults
@@ -269,12 +298,13 @@ def register(app: typer.Typer) -> None:
                                                  "n_calls", "n_ok")} for r in rows], indent=2))
             return
         t = Table(title="runs", box=box.SIMPLE_HEAD)
-        for h in ("run", "started (UTC)", "status", "tts", "levels", "calls", "ok", "suite"):
+        for h in ("run", "started (UTC)", "status", "agent", "levels", "calls", "ok", "suite"):
             t.add_column(h, no_wrap=h != "suite", overflow="fold")
         for r in rows:
             c = r["conditions"]
+            tts = ((c.get("config") or {}).get("stack") or {}).get("tts")
             t.add_row(r["id"], r["started_at"][:16].replace("T", " "), r["status"],
-                      str(((c.get("config") or {}).get("stack") or {}).get("tts", "")),
+                      f"tts={tts}" if tts else str((c.get("target") or {}).get("url", "")),
                       ",".join(map(str, c.get("concurrency", []))), str(r["n_calls"]), str(r["n_ok"] or 0),
                       str(r.get("suite") or ""))
         out.print(t)

@@ -40,6 +40,8 @@ MEANS = {  # what each critical-path segment waits on (see rejoinder.timeline)
     "first_text": "text until a speakable chunk",
     "tts_ttfb": "TTS time to first audio",
     "audio_out": "hand-off to the transport",
+    "arrival": "until the reply's first audio reached the caller's socket (remote: the network; "
+               "black-box target: everything before its audio arrived)",
     "playout": "transport and buffering until the reply's first sample plays",
     "lead_silence": "leading silence in the TTS audio (first sample → first voiced sample)",
 }

@@ -43,6 +43,7 @@ class Verdict:
     failures: list[str] = field(default_factory=list)
     owners: dict[int, int | None] = field(default_factory=dict)  # agent turn id → caller turn index
     causes: list[str] = field(default_factory=list)  # one per failure (see the module docstring)
+    skipped: list[str] = field(default_factory=list)  # checks the agent's reports cannot support
 
 
 def _in_transcript(value: Any, transcript: str) -> bool:
@@ -73,6 +74,12 @@ def _norm(v: Any) -> str:
 
 def _words(text: str) -> str:
     return " " + " ".join(re.findall(r"[a-z0-9']+", text.lower().replace("-", " "))) + " "
+
+
+def _digit_runs(words: str) -> str:
+    """``" 4 2 1 7 "`` → ``" 4217 "``: a transcript may write a number read digit by digit with
+    spaces or dashes (Whisper: "4-2-1-7"); joined, it matches the number as written."""
+    return re.sub(r"(?<= )(\d)(?: (\d)(?= ))+", lambda m: m.group(0).replace(" ", ""), words)
 
 
 def _spoken_forms(words: str) -> list[str]:
@@ -148,21 +155,28 @@ def _audible_at(turns: list, t_ms: float):
 
 
 def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
-             cues: list[dict] | None = None) -> Verdict:
+             cues: list[dict] | None = None, *, owned: dict[int, int | None] | None = None,
+             observable: set[str] | None = None) -> Verdict:
     """Check ``result`` (a :class:`~rejoinder.callrun.CallResult`) against ``sc``.
 
     ``truth`` is the caller's ground truth ``(caller turn index, start_ms, end_ms)`` and ``cues``
-    the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`).
+    the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`). A remote agent gives
+    ``owned`` (agent turn id → caller turn index, from what the caller heard) and ``observable``:
+    which of ``"tools"`` and ``"db"`` it reports; checks it cannot support are listed in
+    :attr:`Verdict.skipped`, not failed.
     """
     fails: list[str] = []
     causes: list[str] = []
+    skipped: list[str] = []
     checks = 0
+    see_tools = observable is None or "tools" in observable
+    see_db = observable is None or "db" in observable
 
     def fail(cause: str, text: str) -> None:
         causes.append(cause)
         fails.append(text)
     turns = list(result.turns)
-    own = owners(turns, truth, cues)
+    own = owned if owned is not None else owners(turns, truth, cues)
     cue_at = {c["turn"]: c for c in cues or []}
     checks += 1
     if result.error:
@@ -178,7 +192,9 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         calls = [t for r in mine for t in r.tools if not t.get("compensated")]
         transcript = " ".join(r.transcript for r in mine)
         tool_ok = True
-        for tool in ex.tools:
+        if ex.tools and not see_tools:
+            skipped.append(f"{label}: tool calls (the agent does not report them)")
+        for tool in ex.tools if see_tools else ():
             checks += 1
             match = [c for c in calls if _tool_matches(c, tool.name, tool.args)]
             if not match:
@@ -191,9 +207,10 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                 tool_ok = False
                 fail("tool failed", f"{label}: {tool.name}({tool.args}) failed: {match[0]['error']}")
         heard = _words(" ".join(r.heard_text for r in mine))
+        joined = _digit_runs(heard)
         for words in ex.reply_contains:
             checks += 1
-            if not any(_words(form) in heard for form in _spoken_forms(words)):
+            if not any(_words(form) in heard or _words(form) in joined for form in _spoken_forms(words)):
                 cause = ("timeout" if not any(r.heard_text for r in mine) else
                          "not said" if tool_ok else causes[-1])
                 fail(cause, f"{label}: the caller did not hear {words!r} (heard: {heard.strip()!r})")
@@ -244,7 +261,9 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                 elif not ex.interrupts and cut:
                     fail("interruption", f"{label}: a {spec.kind} cut the agent off (it should have talked on)")
     all_calls = [t for r in turns for t in r.tools if not t.get("compensated")]
-    if sc.only_expected_tools:
+    if sc.only_expected_tools and not see_tools:
+        skipped.append("only_expected_tools (the agent does not report its tool calls)")
+    elif sc.only_expected_tools:
         checks += 1
         allowed = {t.name for spec in sc.turns for t in spec.expect.tools}
         extra = sorted({c.get("name") for c in all_calls} - allowed)
@@ -269,7 +288,9 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         if early:
             fail("turn-taking", "an idle prompt came too soon after the agent's audio finished "
                  "playing: " + "; ".join(early))
-    if sc.final_db:
+    if sc.final_db and not see_db:
+        skipped.append("final_db (the agent does not report its final state)")
+    elif sc.final_db:
         state = getattr(result, "final_state", None)
         for table, rows in sc.final_db.items():
             for row_id, cols in rows.items():
@@ -286,7 +307,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                 if bad:
                     want = {k: cols[k] for k in bad}
                     fail("state", f"final_db: {table} {row_id} has {bad}, expected {want}")
-    return Verdict(not fails, checks, fails, own, causes)
+    return Verdict(not fails, checks, fails, own, causes, skipped)
 
 
 def _early_idle_prompts(turns: list, reprompt_ms: float, hangup_ms: float | None) -> list[str]:

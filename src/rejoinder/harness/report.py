@@ -27,7 +27,7 @@ from .store import RunStore
 from .summary import run_summary, segment_values
 
 COLORS = dict(zip(SEGMENTS, ("#4e79a7", "#f28e2b", "#d37295", "#e15759", "#76b7b2", "#59a14f",
-                             "#edc948", "#b07aa1", "#9c755f", "#bab0ac")))
+                             "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")))
 MAX_WATERFALL_TURNS = 80
 
 

@@ -91,15 +91,20 @@ def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
     stops at the caller) and recovery gap (audio stops → resumed audio at the caller) percentiles,
     and the counters that must stay 0 (overlapping agent audio, unheard words in the context)."""
     ctl = [c["extra"]["control"] for c in calls if c.get("extra") and c["extra"].get("control")]
+
+    def total(key: str) -> int | None:  # None: no call could observe it (a remote agent's internals)
+        seen = [c[key] for c in ctl if c.get(key) is not None]
+        return sum(seen) if seen or not ctl else None
+
     return {
         "overtalk_ms": percentiles(x for c in ctl for x in c["overtalk_ms"]),
         "overtalk_n": sum(len(c["overtalk_ms"]) for c in ctl),
         "recovery_gap_ms": percentiles(x for c in ctl for x in c["recovery_gap_ms"]),
-        "overlapping_audio": sum(c["overlapping_audio"] for c in ctl),
-        "unheard_context_words": sum(c["unheard_context_words"] for c in ctl),
-        "faults_injected": sum(c["faults_injected"] for c in ctl),
-        "recoveries": sum(c["recoveries"] for c in ctl),
-        "silences_over_1s_in_reply": sum(c["silences_over_1s"] for c in ctl),
+        "overlapping_audio": total("overlapping_audio"),
+        "unheard_context_words": total("unheard_context_words"),
+        "faults_injected": total("faults_injected"),
+        "recoveries": total("recoveries"),
+        "silences_over_1s_in_reply": total("silences_over_1s"),
     }
 
 

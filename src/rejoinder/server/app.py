@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,9 +29,10 @@ from ..session import Stack
 from ..tools import CallContext
 from ..turns import TurnPolicy
 from .browser import BrowserLink, read_hello
-from .guard import CallSlots, MessageGuard
+from .guard import CallSlots, MessageGuard, check_token
 from .live import LiveCall
 from .protocol import CallEnded, Close, error_message
+from .reports import CallReports
 from .store import CallStore, LiveRuns
 from .twilio import TwilioLink, read_start
 
@@ -134,6 +135,8 @@ class _State:
         self.models = "loading"
         self.calls_served = 0
         self.runs: LiveRuns | None = None
+        self.reports = CallReports()
+        self.info: dict[str, Any] | None = None
 
     def guard(self) -> MessageGuard:
         c = self.cfg
@@ -206,6 +209,38 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                              "max_calls": cfg.max_calls, "calls_served": state.calls_served,
                              "tasks": len(asyncio.all_tasks())})
 
+    def authorized(request: Request) -> bool:
+        given = request.headers.get("authorization", "")
+        given = given[7:] if given.lower().startswith("bearer ") else request.query_params.get("token")
+        try:
+            check_token(cfg.token, given)
+        except CallEnded:
+            return False
+        return True
+
+    unauthorized = {"detail": "missing or wrong token: send 'Authorization: Bearer <server token>'"}
+
+    @app.get("/info")
+    async def info(request: Request) -> JSONResponse:
+        """What this server is (versions, models, configuration) — for a harness's run record."""
+        if not authorized(request):
+            return JSONResponse(unauthorized, status_code=401)
+        if state.info is None:
+            state.info = {"server": "rejoinder serve", "protocols": ["/ws", "/twilio"], "call_reports": True,
+                          "conditions": await asyncio.to_thread(_conditions, provider, cfg)}
+        return JSONResponse(state.info)
+
+    @app.get("/calls/{ref}")
+    async def call_report(ref: str, request: Request) -> JSONResponse:
+        """One call's report (PROTOCOL.md, "Call reports"), by call id or Media Streams streamSid."""
+        if not authorized(request):
+            return JSONResponse(unauthorized, status_code=401)
+        report = state.reports.get(ref)
+        if report is None:
+            return JSONResponse({"detail": f"no call {ref!r} (reports are kept for the last "
+                                           f"{state.reports.keep} calls)"}, status_code=404)
+        return JSONResponse(report)
+
     @app.get("/metrics")
     async def metrics() -> Response:
         """Prometheus exposition format: latency histograms, counters and gauges (no call ids)."""
@@ -239,6 +274,7 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                             agent=provider.agent, ctx=ctx, policy=provider.policy,
                             record=state.store.open(call_id, transport), max_call_s=cfg.max_call_s,
                             **provider.session_options())
+            report = state.reports.open(call_id, transport, None if browser else opener.streamSid)
             log.info("call %s (%s) started", call_id, transport)
             if browser:
                 link = BrowserLink(ws, call, opener, guard)
@@ -247,6 +283,8 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                 link = TwilioLink(ws, call, opener, guard)
                 ended = await call.run(link.receive, link.send_raw)
             log.info("call %s ended: %s", call_id, ended)
+            final, ctx = await provider.close_call(ctx), None   # the agent's report_state
+            CallReports.finish(report, call, final)
             await _close(ws, ended, json_errors=browser)
             if state.runs is not None:
                 transcript = "".join(f"{who}: {text}\n" for who, text in call.lines)
