@@ -10,8 +10,10 @@ from typing import AsyncIterable, AsyncIterator
 
 import numpy as np
 
+from rejoinder.agent import Agent
 from rejoinder.clock import VirtualClock
-from rejoinder.ports import LLMRequest, Transcript, TTSAudio
+from rejoinder.ports import LLMRequest, ToolCall, Transcript, TTSAudio
+from rejoinder.tools import CallContext, tool
 
 
 class AmplitudeVAD:
@@ -63,17 +65,28 @@ class ScriptedSTT:
 
 @dataclass
 class ScriptedLLM:
+    """An LLM that answers every request after ``ttft_ms``: when the request's last message is
+    the caller's (a new reply) and ``calls`` is set, it calls those tools (an argument value
+    ``"{user}"`` becomes the caller's text); otherwise it says ``tokens`` — continuing after what a
+    retry's ``prefix`` already holds, like a real LLM."""
+
     clock: VirtualClock
     tokens: list[str]
     ttft_ms: float = 200.0
     per_token_ms: float = 10.0
     model_name: str = "scripted"
+    calls: list[ToolCall] = field(default_factory=list)
     requests: list[LLMRequest] = field(default_factory=list)
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
+    async def stream(self, request: LLMRequest) -> AsyncIterator[str | ToolCall]:
         self.requests.append(request)
         await self.clock.sleep_until(self.clock.now_ms() + self.ttft_ms)
-        # like a real LLM given an assistant prefix, continue after what is already there
+        last = request.messages[-1] if request.messages else None
+        if self.calls and last is not None and last.role == "user" and request.tool_choice != "none":
+            for c in self.calls:
+                args = {k: (last.content if v == "{user}" else v) for k, v in c.arguments.items()}
+                yield ToolCall(c.id, c.name, args)
+            return
         done = max((k for k in range(len(self.tokens) + 1)
                     if k and request.prefix.endswith("".join(self.tokens[:k]))), default=0)
         for tok in self.tokens[done:]:
@@ -116,60 +129,43 @@ def silence(ms: float, rate: int = 16000) -> np.ndarray:
     return np.zeros(int(rate * ms / 1000), dtype=np.int16)
 
 
-@dataclass
-class _Call:
-    name: str
-    args: dict
+class ToolLog:
+    """What the test agent's tools did: ``executed`` and ``compensated`` (their ``text`` args)."""
 
-
-@dataclass
-class _Tool:
-    reversible: bool
-
-
-@dataclass
-class _Plan:
-    tool_calls: list
-
-
-@dataclass
-class _Reply:
-    first_clause: str
-    llm_request: LLMRequest | None
-
-
-class ScriptedApp:
-    """A minimal application: every turn looks up order 4217 and answers with a fixed clause,
-    then asks the LLM to continue. Records what the runtime reports as heard."""
-
-    def __init__(self, first_clause: str = "Order 4217 has shipped,", use_llm: bool = True) -> None:
-        self.tools = {"lookup_order": _Tool(True), "cancel_order": _Tool(False)}
-        self.tool = "lookup_order"
+    def __init__(self) -> None:
         self.executed: list[str] = []
         self.compensated: list[str] = []
-        self.first_clause = first_clause
-        self.use_llm = use_llm
-        self.planned: list[str] = []
-        self.heard_log: list[str] = []
 
-    def plan(self, text: str, commit: bool = True) -> _Plan:
-        if commit:
-            self.planned.append(text)
-        return _Plan([_Call(self.tool, {"order_id": "4217", "text": text})])
 
-    def adopt(self, plan: _Plan, text: str) -> None:
-        self.planned.append(text)
+def scripted_agent(log: ToolLog | None = None, *, greeting: str | None = None) -> Agent:
+    """A minimal agent: ``lookup_order`` (reversible, read-only, records its ``text`` argument)
+    and ``cancel_order`` (irreversible)."""
+    log = log if log is not None else ToolLog()
 
-    def execute(self, call: _Call) -> dict:
-        self.executed.append(call.args["text"])
-        return {"status": "shipped"}
+    async def undo(ctx: CallContext, result: dict, **args) -> None:
+        log.compensated.append(args["text"])
 
-    def compensate(self, call: _Call, result: dict) -> None:
-        self.compensated.append(call.args["text"])
+    # async tools run inline (no thread hop), so the virtual clock stays deterministic
+    @tool(reversible=True, compensate=undo)
+    async def lookup_order(order_id: str, text: str = "") -> dict:
+        """Look up an order."""
+        log.executed.append(text)
+        return {"order_id": order_id, "status": "shipped"}
 
-    def compose(self, plan: _Plan, results: list) -> _Reply:
-        req = LLMRequest(messages=(), prefix=self.first_clause) if self.use_llm else None
-        return _Reply(self.first_clause, req)
+    @tool
+    async def cancel_order(order_id: str, text: str = "") -> dict:
+        """Cancel an order."""
+        log.executed.append(text)
+        return {"cancelled": order_id}
 
-    def heard(self, text: str) -> None:
-        self.heard_log.append(text)
+    return Agent("You are a test agent.", tools=[lookup_order, cancel_order], greeting=greeting)
+
+
+def lookup(tool: str = "lookup_order") -> list[ToolCall]:
+    """The scripted LLM's tool call: ``tool`` for order 4217 with the caller's text."""
+    return [ToolCall("", tool, {"order_id": "4217", "text": "{user}"})]
+
+
+def heard(res) -> list[str]:
+    """The assistant's words that entered the LLM context, per reply (what was heard)."""
+    return [text for _, text in res.heard_log]

@@ -47,8 +47,9 @@ TRICKY: list[tuple[str, list[str]]] = [
      ["Please see Dr. Smith and Mr. Jones today.", " Then Mrs. Brown, Ms. Green and St. Clair arrive now."]),
     ("It was cats vs. dogs, e.g. a fight, i.e. chaos, etc. and more. We left at once.",
      ["It was cats vs. dogs,", " e.g. a fight, i.e. chaos, etc. and more.", " We left at once."]),
+    # 17 words with no sentence end: the first chunk is capped (10 words / 60 chars) at a safe gap
     ("He works at Acme Inc. and Foo Ltd. in the U.S. and the U.K. with Bob Jr. now. Done here.",
-     ["He works at Acme Inc. and Foo Ltd. in the U.S. and the U.K. with Bob Jr. now.", " Done here."]),
+     ["He works at Acme Inc. and Foo Ltd.", " in the U.S. and the U.K. with Bob Jr. now.", " Done here."]),
     ("The book by J. R. R. Tolkien is long. It has approx. 1000 pages in all.",
      ["The book by J. R. R. Tolkien is long.", " It has approx. 1000 pages in all."]),
     ("The value of pi is 3.14159 roughly. And e is about 2.718 too.",
@@ -282,7 +283,8 @@ NORMALIZE: list[tuple[str, str]] = [
     ("Save 15% now", "Save fifteen percent now"),
     ("2.5%", "two point five percent"),
     # times
-    ("5:30 p.m.", "five thirty p m"),
+    ("5:30 p.m.", "five thirty p m."),  # the text ends: the period also ends the sentence
+    ("5:30 p.m. on Friday", "five thirty p m on Friday"),
     ("17:45", "seventeen forty-five"),
     ("9:00 am", "nine a m"),
     ("9:00", "nine o'clock"),
@@ -327,7 +329,8 @@ NORMALIZE: list[tuple[str, str]] = [
     ("Dr. Smith", "Doctor Smith"),
     ("Mr. and Mrs. Jones met Ms. Lee", "Mister and Missus Jones met Miz Lee"),
     ("St. Louis", "Saint Louis"),
-    ("Main St.", "Main Street"),
+    ("Main St.", "Main Street."),
+    ("Main St. is closed", "Main Street is closed"),
     ("cats vs. dogs, e.g. Tom", "cats versus dogs, for example Tom"),
     ("the U.S. and the U.K.", "the U S and the U K"),
     # e-mail and URLs
@@ -339,7 +342,7 @@ NORMALIZE: list[tuple[str, str]] = [
     ("**bold** and *em* and `code`", "bold and em and code"),
     ("__strong__ and _em_ but snake_case", "strong and em but snake_case"),
     ("## Heading here", "Heading here"),
-    ("- item one\n* item two\n1. first\n2) second", "item one item two first second"),
+    ("- item one\n* item two\n1. first\n2) second", "item one. item two. One, first. Two, second."),
     ("See [the docs](https://x.com/y) now", "See the docs now"),
     ("![logo](a.png) Hi", "logo Hi"),
     ("> quoted text", "quoted text"),

@@ -3,13 +3,15 @@
 Public names are re-exported here; everything else is an implementation module.
 """
 
-from .agent import Agent, load_caller
+from .agent import Agent, LLMSettings, load_agent
+from .runtime import Runtime, load_caller
+from .tools import CallContext, Tool, ToolError, tool
 from .clock import RealClock, VirtualClock
 from .config import AgentConfig, load_config
 from .errors import AudioInputError, ConfigError, MissingExtra, RejoinderError
 from .events import BOUNDARIES, Boundary, Event, EventBus
 from .ports import LLMPort, LLMRequest, PortError, STTPort, TTSPort, TurnPort, VADPort
-from .reply import RecoveryPolicy
+from .reply import FillerPolicy, RecoveryPolicy
 from .session import Session, Stack
 from .timeline import SEGMENTS, Timeline, TurnRecord
 from .turns import TurnPolicy, TurnTaker
@@ -17,9 +19,10 @@ from .turns import TurnPolicy, TurnTaker
 __version__ = "0.1.0"
 
 __all__ = [
-    "Agent", "AgentConfig", "AudioInputError", "BOUNDARIES", "Boundary", "ConfigError", "Event",
-    "EventBus", "LLMPort", "LLMRequest", "MissingExtra", "PortError", "RealClock", "RecoveryPolicy",
-    "RejoinderError", "SEGMENTS", "STTPort", "Session", "Stack", "TTSPort", "Timeline", "TurnPolicy",
-    "TurnPort", "TurnRecord", "TurnTaker", "VADPort", "VirtualClock", "load_caller", "load_config",
-    "__version__",
+    "Agent", "AgentConfig", "AudioInputError", "BOUNDARIES", "Boundary", "CallContext", "ConfigError",
+    "Event", "EventBus", "FillerPolicy", "LLMPort", "LLMRequest", "LLMSettings", "MissingExtra",
+    "PortError", "RealClock", "RecoveryPolicy", "RejoinderError", "Runtime", "SEGMENTS", "STTPort",
+    "Session", "Stack", "TTSPort", "Timeline", "Tool", "ToolError", "TurnPolicy", "TurnPort",
+    "TurnRecord", "TurnTaker", "VADPort", "VirtualClock", "load_agent", "load_caller", "load_config",
+    "tool", "__version__",
 ]

@@ -1,124 +1,278 @@
-"""The embedded agent: models loaded once per process, one session per call.
+"""The public agent API: an agent is instructions plus tools; the LLM writes every reply.
 
-Models that are expensive and thread-safe to share (end-of-turn, STT, LLM, TTS) are built once;
-the VAD (recurrent state) is built per call. Each call gets a fresh copy of the demo database so
-calls never see each other's changes.
+Define one in Python::
+
+    from rejoinder import Agent, CallContext, tool
+
+    @tool(reversible=True)
+    def lookup_order(ctx: CallContext, order_id: str) -> dict:
+        '''Look up an order.
+
+        Args:
+            order_id: the 4-digit order number.
+        '''
+        ...
+
+    agent = Agent("You are the phone assistant of …", greeting="Hi! How can I help?",
+                  tools=[lookup_order], stt_vocabulary=["order number"])
+
+or in YAML (``rejoinder call caller.wav --agent my_agent.yaml``)::
+
+    name: shop
+    instructions: You are the phone assistant of …
+    greeting: Hi! How can I help?
+    tools:
+      - my_tools:lookup_order                 # a @tool, or a plain function (irreversible)
+      - {function: my_tools:move_booking, reversible: true, timeout_s: 2,
+         compensate: my_tools:undo_move}
+    stt_vocabulary: [order number, haircut]
+    llm: {temperature: 0, max_tokens: 60}
+    on_call_start: my_tools:open_account      # hooks get the CallContext
+    on_call_end: my_tools:close_account
+
+Modules named in a YAML file are imported from the file's folder first. ``--agent`` accepts a
+YAML path, ``module:attribute`` (an :class:`Agent` or a function returning one) or a bundled
+name (:data:`BUNDLED`; ``support`` is the reference support assistant and the default).
+
+Errors: :class:`~rejoinder.errors.ConfigError` naming the file, the field and the fix.
 """
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
-import uuid
+import hashlib
+import importlib
+import inspect
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Union
 
-from .adapters.registry import BUILDERS, build_stack, validate
-from .caller import RenderedTurn, render_turns
-from .callrun import CallResult, run_call
-from .adapters.faults import FaultyLLM, FaultySTT, FaultyTTS, parse_faults
-from .clock import Clock, RealClock
-from .config import AgentConfig
-from .errors import AudioInputError, MissingExtra
-from .events import EventBus
-from .scenario import CallerTurn, Scenario, Segment, load_scenario
-from .session import Stack
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .tools import CallContext, Tool
+
+Hook = Callable[[CallContext], Any]  # sync or async
+Greeting = Union[str, Callable[[CallContext], Union[str, None]], None]
+
+BUNDLED = {"support": "rejoinder.app.support:agent"}
+DEFAULT_AGENT = "support"
+
+
+class LLMSettings(BaseModel):
+    """How the agent's LLM is asked: sampling ``temperature``, ``max_tokens`` per LLM request,
+    ``max_steps`` LLM requests per reply (each tool round is one step; the last step may only
+    speak), and how many past exchanges to keep (``history_turns``; 0 keeps the whole call, so
+    the conversation's prefix stays stable and the LLM's KV cache is reused)."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(60, ge=1, le=4096)
+    max_steps: int = Field(3, ge=1, le=10)
+    history_turns: int = Field(0, ge=0)
 
 
 class Agent:
-    """A configured agent. ``await warmup()`` once, then ``await call(...)`` per call."""
+    """A voice agent: ``instructions`` (the system prompt), ``tools`` the LLM may call, an
+    optional ``greeting`` spoken when the call opens (a string, or a function of the
+    :class:`~rejoinder.tools.CallContext` returning one), vocabulary that biases the speech
+    recogniser, LLM settings and per-call hooks.
 
-    def __init__(self, cfg: AgentConfig | None = None) -> None:
-        self.cfg = cfg or AgentConfig()
-        self._stack = None
-        self._calls = 0
-        if self.cfg.faults:
-            parse_faults(self.cfg.faults)  # a malformed spec fails before any model loads
-        self._dbdir = Path(tempfile.mkdtemp(prefix="rejoinder-db-"))
-
-    async def warmup(self) -> None:
-        """Load every model (off the event loop) and prefill the LLM's system prompt."""
-        if self._stack is None:
-            stack_cfg = self.cfg.stack
-            if stack_cfg.whisper.initial_prompt is None:  # the application's vocabulary
-                from .app.assistant import STT_PROMPT
-                stack_cfg = stack_cfg.model_copy(deep=True)
-                stack_cfg.whisper.initial_prompt = STT_PROMPT
-            self._stack = await asyncio.to_thread(build_stack, stack_cfg)
-            self._backup_tts = None
-            if self.cfg.backup_tts and self.cfg.backup_tts != self.cfg.stack.tts:
-                backup_cfg = self.cfg.stack.model_copy(update={"tts": self.cfg.backup_tts})
-                validate(backup_cfg)
-                try:
-                    self._backup_tts = await asyncio.to_thread(BUILDERS["tts"][self.cfg.backup_tts],
-                                                               backup_cfg)
-                except MissingExtra:  # a backup is a nicety: run without one (retries still apply)
-                    self._backup_tts = None
-            from .app.assistant import SYSTEM_PROMPT
-            warm = getattr(self._stack.llm, "warmup", None)
-            if warm is not None:
-                await asyncio.to_thread(warm, SYSTEM_PROMPT)
-
-    @property
-    def models(self):
-        return self._stack
-
-    def new_stack(self, clock: Clock | None = None) -> Stack:
-        """Ports for one call: shared models, a fresh VAD."""
-        if self._stack is None:
-            raise RuntimeError("call Agent.warmup() first")
-        s = self._stack
-        clock = clock or RealClock()
-        stack = Stack(vad=type(s.vad)(), turn=s.turn, stt=s.stt, llm=s.llm, tts=s.tts,
-                      backup_tts=self._backup_tts)
-        if self.cfg.faults:  # wrap the ports once; the timing wrappers sit outside these
-            faults = parse_faults(self.cfg.faults)
-            self._calls += 1
-            seed = self.cfg.fault_seed * 100003 + self._calls
-            if stack.llm is not None:
-                stack.llm = FaultyLLM(stack.llm, faults, clock, seed)
-            stack.tts = FaultyTTS(stack.tts, faults, clock, seed + 1)
-            stack.stt = FaultySTT(stack.stt, faults, clock, seed + 2)
-        return stack
-
-    def new_app(self, caller_phone: str | None, call_id: str) -> Any:
-        """A support assistant over a fresh demo database for one call."""
-        from .app.assistant import SupportAssistant
-        from .app.db import fresh_demo_db
-        conn = fresh_demo_db(self._dbdir / f"{call_id}.sqlite")
-        return SupportAssistant(conn, caller_phone=caller_phone, llm=self._stack.llm)
-
-    async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None,
-                   caller_phone: str | None = None, clock: Clock | None = None,
-                   call_id: str | None = None, bus: EventBus | None = None,
-                   tail_ms: float = 2500.0, max_ms: float = 900000.0) -> CallResult:
-        """Run one simulated call; see :func:`rejoinder.callrun.run_call`."""
-        await self.warmup()
-        call_id = call_id or uuid.uuid4().hex[:12]
-        app = self.new_app(caller_phone, call_id)
-        clock = clock or RealClock()
-        stack = self.new_stack(clock)
-        result = await run_call(turns, stack, app, out_dir=out_dir, clock=clock,
-                                policy=self.cfg.turns, recovery=self.cfg.recovery,
-                                call_id=call_id, bus=bus, tail_ms=tail_ms, max_ms=max_ms)
-        result.app = app
-        result.faults_injected = sum(len(p.injector.fired) for p in (stack.llm, stack.tts, stack.stt)
-                                     if hasattr(p, "injector"))
-        return result
-
-
-async def load_caller(source: Path) -> tuple[list[RenderedTurn], str | None, Scenario]:
-    """Rendered caller turns from a scenario YAML or a plain audio file (played from 0.5 s).
+    Hooks (sync or async, given the CallContext): ``on_call_start`` sets up per-call state
+    (``ctx.state``), ``on_call_end`` releases it, ``report_state`` returns a JSON-able snapshot
+    of the application's state at the end of a call (the harness checks scenarios' ``final_db``
+    against it; ``serve`` reports it to an authenticated harness).
 
     Raises:
-        ScenarioError: malformed scenario.  AudioInputError: unusable audio.
+        ConfigError: empty instructions, two tools with one name, a non-callable hook.
     """
-    source = Path(source)
-    if not source.exists():
-        raise AudioInputError(f"{source}: no such file; give a WAV/FLAC recording or a scenario .yaml")
-    if source.suffix.lower() in (".yaml", ".yml"):
-        sc = load_scenario(source)
+
+    def __init__(self, instructions: str, *, name: str = "agent", greeting: Greeting = None,
+                 tools: Iterable[Tool | Callable[..., Any]] = (), stt_vocabulary: Iterable[str] = (),
+                 llm: LLMSettings | dict[str, Any] | None = None, on_call_start: Hook | None = None,
+                 on_call_end: Hook | None = None, report_state: Hook | None = None,
+                 source: str | None = None) -> None:
+        if not isinstance(instructions, str) or not instructions.strip():
+            raise ConfigError("an agent needs instructions: a non-empty system prompt string")
+        self.name = name
+        self.instructions = instructions.strip()
+        self.greeting = greeting
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            t = t if isinstance(t, Tool) else Tool(t)
+            if t.name in self.tools:
+                raise ConfigError(f"agent {name!r}: two tools are named {t.name!r}")
+            self.tools[t.name] = t
+        self.stt_vocabulary = tuple(stt_vocabulary)
+        try:
+            self.llm = llm if isinstance(llm, LLMSettings) else LLMSettings.model_validate(llm or {})
+        except ValidationError as exc:
+            raise ConfigError(f"agent {name!r}: llm settings: {exc.errors()[0]['msg']}") from exc
+        for hook_name, hook in (("on_call_start", on_call_start), ("on_call_end", on_call_end),
+                                ("report_state", report_state)):
+            if hook is not None and not callable(hook):
+                raise ConfigError(f"agent {name!r}: {hook_name} must be a function")
+        self.on_call_start = on_call_start
+        self.on_call_end = on_call_end
+        self.report_state = report_state
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={list(self.tools)})"
+
+    def stt_prompt(self) -> str | None:
+        """The recogniser's prompt built from ``stt_vocabulary`` (Whisper's initial prompt biases
+        spelling and word choice towards these words), or None."""
+        return ", ".join(self.stt_vocabulary) + "." if self.stt_vocabulary else None
+
+    def describe(self) -> dict[str, Any]:
+        """What a run records about the agent (conditions): name, source, flow, a hash of the
+        instructions, the tools (reversible, timeout) and the LLM settings."""
+        return {
+            "name": self.name, "source": self.source, "flow": "llm",
+            "instructions_sha256": hashlib.sha256(self.instructions.encode()).hexdigest()[:16],
+            "instructions": self.instructions,
+            "tools": [{"name": t.name, "reversible": t.reversible, "timeout_s": t.timeout_s}
+                      for t in self.tools.values()],
+            "greeting": "dynamic" if callable(self.greeting) else self.greeting,
+            "llm": self.llm.model_dump(),
+        }
+
+
+async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
+    """Run a sync or async hook; returns its result (None without a hook)."""
+    if hook is None:
+        return None
+    out = hook(*args)
+    return await out if inspect.isawaitable(out) else out
+
+
+# --------------------------------------------------------------------------------- loading
+
+
+class _ToolEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    function: str = Field(description="module:function")
+    name: str | None = None
+    description: str | None = None
+    reversible: bool | None = None
+    timeout_s: float | None = Field(None, gt=0)
+    compensate: str | None = None
+
+
+class AgentFile(BaseModel):
+    """The YAML form of an :class:`Agent` (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "agent"
+    instructions: str = Field(min_length=1)
+    greeting: str | None = None
+    tools: list[Union[str, _ToolEntry]] = Field(default_factory=list)
+    stt_vocabulary: list[str] = Field(default_factory=list)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    on_call_start: str | None = None
+    on_call_end: str | None = None
+    report_state: str | None = None
+
+
+def resolve(ref: str, where: str = "") -> Any:
+    """Import ``module:attribute`` (dots allowed in the attribute).
+
+    Raises:
+        ConfigError: malformed reference, module not importable, attribute missing.
+    """
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name or not attr:
+        raise ConfigError(f"{where}{ref!r} is not a 'module:attribute' reference "
+                          "(e.g. 'my_tools:lookup_order')")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ConfigError(f"{where}cannot import module {mod_name!r} ({exc}); put it next to the "
+                          "agent file or on PYTHONPATH") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{where}module {mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
+    e = entry if isinstance(entry, _ToolEntry) else _ToolEntry(function=entry)
+    obj = resolve(e.function, where)
+    if isinstance(obj, Tool):
+        base, fn = obj, obj.fn
+    elif callable(obj):
+        base, fn = None, obj
     else:
-        sc = Scenario(name=source.stem, turns=[CallerTurn(audio=[Segment(file=str(source.resolve()))])])
-    turns = await render_turns(sc)
-    return turns, sc.caller_phone, sc
+        raise ConfigError(f"{where}{e.function!r} is neither a function nor a @tool")
+    reversible = e.reversible if e.reversible is not None else (base.reversible if base else False)
+    compensate = resolve(e.compensate, where) if e.compensate else (base.compensate_fn if base else None)
+    timeout = e.timeout_s if e.timeout_s is not None else (base.timeout_s if base else 10.0)
+    return Tool(fn, name=e.name or (base.name if base else None),
+                description=e.description or (base.description if base else None),
+                reversible=reversible, timeout_s=timeout, compensate=compensate)
+
+
+def load_agent_file(path: str | Path) -> Agent:
+    """Load an :class:`Agent` from YAML; modules are imported from the file's folder first.
+
+    Raises:
+        ConfigError: unreadable file, bad YAML, an unknown/invalid field (named), or a tool or
+            hook that cannot be imported.
+    """
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read the agent file: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: an agent file is a YAML mapping with at least 'instructions'")
+    try:
+        spec = AgentFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "(file)"
+        raise ConfigError(f"{p}: field '{field}': {err['msg']}") from exc
+    folder = str(p.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    where = f"{p}: "
+    tools = [_tool_from(t, where) for t in spec.tools]
+    hooks = {k: resolve(v, where) if v else None
+             for k, v in (("on_call_start", spec.on_call_start), ("on_call_end", spec.on_call_end),
+                          ("report_state", spec.report_state))}
+    return Agent(spec.instructions, name=spec.name, greeting=spec.greeting, tools=tools,
+                 stt_vocabulary=spec.stt_vocabulary, llm=spec.llm, source=str(p), **hooks)
+
+
+def load_agent(spec: str | Path | Agent | None = None) -> Agent:
+    """The agent named by ``spec``: an :class:`Agent`, a YAML path, ``module:attribute`` or a
+    bundled name (:data:`BUNDLED`); None gives the reference support assistant.
+
+    Raises:
+        ConfigError: the spec names nothing loadable (the message lists the accepted forms).
+    """
+    if isinstance(spec, Agent):
+        return spec
+    text = str(spec) if spec is not None else DEFAULT_AGENT
+    if text in BUNDLED:
+        agent = load_agent(BUNDLED[text])
+        agent.source = text
+        return agent
+    if text.endswith((".yaml", ".yml")):
+        if not Path(text).exists():
+            raise ConfigError(f"{text}: no such agent file")
+        return load_agent_file(text)
+    if ":" in text and not Path(text).exists():
+        obj = resolve(text, "--agent: ")
+        if not isinstance(obj, Agent) and callable(obj) and not any(
+                p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                for p in inspect.signature(obj).parameters.values()):
+            obj = obj()  # a factory taking no arguments
+        if not isinstance(obj, Agent):
+            raise ConfigError(f"--agent {text!r} is a {type(obj).__name__}, not a rejoinder.Agent")
+        obj.source = obj.source or text
+        return obj
+    raise ConfigError(f"--agent {text!r}: give an agent YAML file, 'module:attribute', or one of "
+                      f"{', '.join(BUNDLED)}")

@@ -91,7 +91,12 @@ class SimulatedCaller:
     """Plays rendered turns on its script's cues; listens to the agent frame by frame."""
 
     def __init__(self, turns: list[RenderedTurn], *, tail_ms: float = 2500.0, start_ms: float = 500.0,
-                 voiced_level: int = 328, no_reply_timeout_ms: float = 10000.0) -> None:
+                 voiced_level: int = 328, no_reply_timeout_ms: float = 10000.0,
+                 greeting: bool = False) -> None:
+        """``greeting``: the agent opens the call; a first turn with no cue of its own waits
+        until the greeting has been heard (like ``after_agent_ms``), as a caller would — or
+        starts at ``start_ms`` + 3 s if none is heard."""
+        self.greeting = greeting
         self.turns = turns
         self.tail_ms = tail_ms
         self.start_ms = start_ms
@@ -121,7 +126,10 @@ class SimulatedCaller:
         if spec.at_ms is not None:
             return "at" if now >= spec.at_ms else None
         if self.next_turn == 0 and spec.after_agent_ms is None and spec.barge_in_ms is None:
-            return "start" if now >= self.start_ms else None
+            if not self.greeting:
+                return "start" if now >= self.start_ms else None
+            if self._agent_last_heard is None:
+                return "start" if now >= self.start_ms + 3000.0 else None
         if spec.barge_in_ms is not None:
             if self._agent_first_heard is not None:
                 return "barge_in" if now - self._agent_first_heard >= spec.barge_in_ms else None

@@ -20,10 +20,12 @@ import numpy as np
 
 from .caller import FRAME, RATE, SimulatedCaller
 from .clock import Clock, RealClock
-from .events import FALLBACK_ACTIONS, AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
+from .events import AgentSpeech, Boundary, EventBus, Recovery, TranscriptEvent
 from .recording import WavWriter
-from .reply import RecoveryPolicy
+from .agent import Agent
+from .reply import FillerPolicy, RecoveryPolicy
 from .session import Session, Stack
+from .tools import CallContext
 from .stages import Stamper
 from .timeline import Timeline, TurnRecord
 from .turns import TurnPolicy
@@ -45,6 +47,9 @@ class CallResult:
     recoveries: int = 0
     caller: Any = None  # the SimulatedCaller: ground truth, cues, what it heard
     faults_injected: int = 0
+    final_state: Any = None  # the agent's report_state at the end of the call
+    context: list[Any] = field(default_factory=list)  # the LLM's chat history at the end
+    heard_log: list[tuple[int, str]] = field(default_factory=list)  # (turn, assistant text kept)
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -57,8 +62,7 @@ class CallResult:
 
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
-        return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries and
-                any(x["action"] not in FALLBACK_ACTIONS for x in r.recoveries)]
+        return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries]
 
 
 def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]]) -> None:
@@ -80,13 +84,18 @@ def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]
         st.stamp("user_speech_end", turn_id, end, source="caller_audio")
 
 
-async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None,
-                   clock: Clock | None = None, policy: TurnPolicy | None = None,
-                   tail_ms: float = 2500.0, max_ms: float = 900000.0, call_id: str | None = None,
-                   bus: EventBus | None = None, recovery: RecoveryPolicy | None = None) -> CallResult:
-    """Play rendered caller ``turns`` into a new session in real time; return the measured turns."""
+async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None = None,
+                   out_dir: Path | None = None, clock: Clock | None = None,
+                   policy: TurnPolicy | None = None, tail_ms: float = 2500.0,
+                   max_ms: float = 900000.0, call_id: str | None = None,
+                   bus: EventBus | None = None, recovery: RecoveryPolicy | None = None,
+                   filler: FillerPolicy | None = None, preemptive: bool = True,
+                   greeting: bool = True) -> CallResult:
+    """Play rendered caller ``turns`` into a new session of ``agent`` in real time; return the
+    measured turns. With ``greeting`` the agent's greeting (if any) opens the call and the
+    caller's first turn waits for it, as a caller would."""
     clock = clock or RealClock()
-    call_id = call_id or uuid.uuid4().hex[:12]
+    call_id = call_id or (ctx.call_id if ctx else uuid.uuid4().hex[:12])
     bus = bus or EventBus()
     st = Stamper(call_id, clock, bus)
     tl = Timeline(out_dir / "timeline.jsonl" if out_dir else None)
@@ -103,24 +112,20 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
         elif isinstance(ev, AgentSpeech):
             lines.append(("agent", ev.heard_text + (" [cut]" if ev.interrupted else "")))
             heard_words.append(len(ev.heard_text.split()))
-        elif isinstance(ev, Recovery) and ev.action not in FALLBACK_ACTIONS:
+        elif isinstance(ev, Recovery):
             recoveries[0] += 1
         elif isinstance(ev, Boundary) and ev.name == "tool_start":
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
 
     bus.subscribe(on_event)
-    session = Session(st, stack, app, policy=policy, recovery=recovery)
-    caller = SimulatedCaller(turns, tail_ms=tail_ms)
+    session = Session(st, stack, agent, ctx, policy=policy, recovery=recovery, filler=filler,
+                      preemptive=preemptive)
+    greets = greeting and agent.greeting is not None
+    caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=greets)
     rec = WavWriter(out_dir / "call.wav", RATE, channels=2) if out_dir else None  # L caller, R agent
-    context_words: list[int] = []
-    if hasattr(app, "heard"):  # what enters the LLM context, to check it against what was heard
-        inner_heard = app.heard
-
-        def heard_into_context(text: str) -> None:
-            context_words.append(len(text.split()))
-            inner_heard(text)
-        app.heard = heard_into_context
     error = None
+    if greets:
+        session.greet()
     t = 0.0
     over = _Overtalk()
     try:
@@ -147,9 +152,11 @@ async def run_call(turns, stack: Stack, app: Any, *, out_dir: Path | None = None
     if out_dir:
         (out_dir / "transcript.txt").write_text(
             "".join(f"{who}: {text}\n" for who, text in lines), encoding="utf-8")
+    context_words = [len(text.split()) for _, text in session.conv.heard_log]
     unheard = sum(max(0, c - h) for c, h in zip(context_words, heard_words))
     return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, lines, error, tools,
-                      over.episodes, session.playout.overlaps, unheard, recoveries[0], caller)
+                      over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
+                      context=list(session.conv.history), heard_log=list(session.conv.heard_log))
 
 
 class _Overtalk:

@@ -9,19 +9,23 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from .cliout import console as make_console
+from .cliout import error, plain, table_console
 from .errors import RejoinderError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# rich_markup_mode=None: usage errors print as plain text (rich's error panel hard-wraps them at
+# the terminal width); pretty_exceptions_enable=False: tracebacks are not re-wrapped either.
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_enable=False,
                   help="rejoinder: real-time voice agents, measured honestly.")
-console = Console(stderr=True)
+console = make_console(stderr=True)
 BUNDLED_CALL = Path(__file__).parent / "assets" / "calls" / "order_status_real.yaml"
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    error(console, exc)
     raise typer.Exit(2)
 
 
@@ -30,7 +34,7 @@ def print_turns(result, as_json: bool) -> None:
     if as_json:
         for r in result.turns:
             s = r.summary()
-            print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "segments",
+            print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "time_to_answer_ms", "segments",
                                                 "largest_segment", "transcript", "heard_text",
                                                 "boundaries", "estimated", "tools", "stalls")}))
         return
@@ -43,46 +47,45 @@ def print_turns(result, as_json: bool) -> None:
         v2v = f"{s['v2v_ms']:.0f}" if s["v2v_ms"] is not None else f"— ({s['status']})"
         table.add_row(str(r.turn_id), r.transcript, r.heard_text, v2v, segs,
                       str(s["largest_segment"] or ""))
-    Console().print(table)
+    table_console().print(table)
     if result.out_dir:
-        console.print(f"recording: {result.out_dir / 'call.wav'}  (caller left, agent right)\n"
-                      f"timeline:  {result.out_dir / 'timeline.jsonl'}\n"
-                      f"transcript: {result.out_dir / 'transcript.txt'}")
+        console.print(f"recording: {plain(result.out_dir / 'call.wav')}  (caller left, agent right)\n"
+                      f"timeline:  {plain(result.out_dir / 'timeline.jsonl')}\n"
+                      f"transcript: {plain(result.out_dir / 'transcript.txt')}")
     if result.error:
-        console.print(f"[bold red]the call failed midway:[/] {result.error} (recording and timeline kept)")
+        error(console, f"{result.error} (recording and timeline kept)", "the call failed midway")
 
 
 @app.command()
 def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or scenario (.yaml)"),
          out: Path = typer.Option(Path("out/call"), help="folder for call.wav, timeline.jsonl, transcript.txt"),
-         config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+         agent: Optional[str] = typer.Option(None, help="the agent: YAML file, module:attribute or "
+                                             "bundled name (default: support)"),
+         config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
          tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
          llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
          json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout")) -> None:
     """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
-    from .agent import Agent, load_caller
     from .config import load_config
+    from .runtime import Runtime, load_caller
     try:
-        cfg = load_config(config)
-        if tts:
-            cfg.stack.tts = tts
-        if llm:
-            cfg.stack.llm = llm
+        cfg = load_config(config, agent=agent, tts=tts, llm=llm)
         from .adapters.registry import validate
         validate(cfg.stack)
-        agent = Agent(cfg)
+        runtime = Runtime(cfg)
 
         async def main():
             turns, phone, sc = await load_caller(source)
             out.mkdir(parents=True, exist_ok=True)
             with console.status("loading models…"):
-                await agent.warmup()
-            console.print(f"calling: {sc.name} ({len(turns)} caller turns, real time)…")
-            return await agent.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
+                await runtime.warmup()
+            console.print(f"calling: {plain(sc.name)} ({len(turns)} caller turns, real time) "
+                          f"with agent {plain(repr(runtime.agent.name))}…")
+            return await runtime.call(turns, out_dir=out, caller_phone=phone, tail_ms=sc.tail_ms)
 
         result = asyncio.run(main())
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {out}")
+        console.print(f"[yellow]interrupted[/]: the recording and timeline so far are in {plain(out)}")
         raise typer.Exit(130)
     except RejoinderError as exc:
         _fail(exc)
@@ -93,10 +96,13 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
 
 @app.command()
 def demo(out: Path = typer.Option(Path("out/demo")),
+         agent: Optional[str] = typer.Option(None, help="the agent (default: support)"),
          tts: Optional[str] = typer.Option(None, help="piper | espeak"),
+         llm: Optional[str] = typer.Option(None, help="smollm2 | openai"),
          json_out: bool = typer.Option(False, "--json")) -> None:
-    """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)."""
-    call(BUNDLED_CALL, out=out, config=None, tts=tts, llm=None, json_out=json_out)
+    """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)
+    against the LLM-driven support agent (or ``--agent``)."""
+    call(BUNDLED_CALL, out=out, agent=agent, config=None, tts=tts, llm=llm, json_out=json_out)
 
 
 @app.command()
@@ -110,10 +116,10 @@ def prepare() -> None:
         models = describe_models(StackConfig())
     except RejoinderError as exc:
         _fail(exc)
-    console.print(f"whisper model ready in {folder}")
+    console.print(f"whisper model ready in {plain(folder)}")
     for stage, info in models.items():
         files = ", ".join(f["path"] for f in info.get("files", [])) or "(no weight file)"
-        console.print(f"  {stage}: {info.get('model')} [{info.get('license')}]  {files}")
+        console.print(plain(f"  {stage}: {info.get('model')} [{info.get('license')}]  {files}"))
 
 
 from .harness.cli import register as _register_harness  # noqa: E402
@@ -128,4 +134,4 @@ def main() -> None:  # pragma: no cover
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    sys.exit(app(prog_name="rejoinder"))

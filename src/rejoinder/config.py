@@ -1,6 +1,9 @@
-"""Agent configuration (pydantic): which adapters to use and the turn-taking policy.
+"""Runtime configuration (pydantic): which agent, which adapters, and the runtime's policies
+(turn-taking, recovery, fillers, faults) — everything but the agent's own definition
+(:mod:`rejoinder.agent`).
 
-One YAML/JSON file or CLI flags. Unknown keys are errors that name the key (``extra="forbid"``).
+One YAML/JSON file (``--config``) or CLI flags. Unknown keys are errors that name the key
+(``extra="forbid"``).
 """
 
 from __future__ import annotations
@@ -12,17 +15,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .adapters.registry import StackConfig
 from .errors import ConfigError
-from .reply import RecoveryPolicy
+from .reply import FillerPolicy, RecoveryPolicy
 from .turns import TurnPolicy
 
 
 class AgentConfig(BaseModel):
-    """Everything that defines an agent run. Recorded in full with every run."""
+    """Everything that defines a run besides the agent's definition. Recorded in full with every
+    run (with the agent's own description, :meth:`rejoinder.agent.Agent.describe`)."""
 
     model_config = ConfigDict(extra="forbid")
+    agent: str | None = Field(None, description="the agent: a YAML file, 'module:attribute' or a "
+                              "bundled name (default: the reference support assistant)")
     stack: StackConfig = Field(default_factory=StackConfig)
     turns: TurnPolicy = Field(default_factory=TurnPolicy)
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    filler: FillerPolicy = Field(default_factory=FillerPolicy)
+    preemptive: bool = Field(True, description="start the LLM on a pause's transcript before the "
+                             "turn is decided over (nothing is spoken or done irreversibly early)")
     backup_tts: str | None = Field("espeak", description="TTS used when the primary fails mid-reply")
     faults: str | None = Field(None, description="fault injection spec (rejoinder.adapters.faults), "
                                "e.g. 'tts:drop@1%0.3' or 'default'")
@@ -31,12 +40,25 @@ class AgentConfig(BaseModel):
     network: str = Field("loopback", description="network-profile label")
 
 
-def load_config(path: str | Path | None) -> AgentConfig:
-    """Load an :class:`AgentConfig` from YAML/JSON; ``None`` gives the embedded defaults.
+def load_config(path: str | Path | None, *, agent: str | None = None, tts: str | None = None,
+                llm: str | None = None) -> AgentConfig:
+    """Load an :class:`AgentConfig` from YAML/JSON (``None``: the embedded defaults), then apply
+    the command line's choices: ``agent`` (``--agent``), ``tts`` and ``llm`` (adapter names).
 
     Raises:
         ConfigError: unreadable file, bad syntax, or an invalid/unknown field (named).
     """
+    cfg = _load(path)
+    if agent:
+        cfg.agent = agent
+    if tts:
+        cfg.stack.tts = tts
+    if llm:
+        cfg.stack.llm = llm
+    return cfg
+
+
+def _load(path: str | Path | None) -> AgentConfig:
     if path is None:
         return AgentConfig()
     p = Path(path)

@@ -114,7 +114,9 @@ class ToolCallEvent:
 
 @dataclass(frozen=True, slots=True)
 class SpeakableText:
-    """A chunk handed to TTS: ``text`` as written, ``spoken`` after normalisation."""
+    """A chunk handed to TTS: ``text`` as written, ``spoken`` after normalisation. ``source`` is
+    who wrote it: ``"llm"``, or words the runtime said on its own (``"greeting"``, ``"filler"``,
+    ``"recovery"``, ``"idle"``) — declared policies, so the timeline can tell them apart."""
 
     text: str
     spoken: str
@@ -122,6 +124,7 @@ class SpeakableText:
     t_ms: float
     call_id: str
     turn_id: int
+    source: str = "llm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +166,6 @@ class Recovery:
     call_id: str
     turn_id: int
 
-
-# Recovery actions that are a planned fallback (the application's deterministic tail is spoken
-# instead of an LLM continuation), not a failure: they do not mark a turn "recovered".
-FALLBACK_ACTIONS = frozenset({"ungrounded", "skipped"})
 
 Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
               SpeakableText, AgentSpeech, ErrorEvent, Recovery]

@@ -6,6 +6,8 @@
 
 * ``playback_start`` — first voiced sample (|x| ≥ ``voiced_level``) of a reply the caller hears;
   leading silence in TTS audio therefore counts as waiting, as the measurement contract requires;
+* ``answer_start`` — first voiced sample of the reply's LLM-written audio (marked by the reply
+  with :meth:`Playout.mark_answer`; later than ``playback_start`` when the runtime spoke first);
 * ``stall`` — each interval where the reply was not finished but the buffer ran dry (underrun);
 * ``playback_end`` / ``interrupted_at`` — the end of the reply as heard, or the cut.
 
@@ -36,6 +38,8 @@ class ReplyAudio:
     started_voiced: bool = False
     stall_since: float | None = None
     first_out: bool = False
+    answer_at: int | None = None  # first sample of LLM-written audio (reply-relative)
+    answered: bool = False
 
 
 class Playout:
@@ -85,6 +89,13 @@ class Playout:
             r.first_out = True
             self._stamp("first_audio_out", turn_id, now)
         return True
+
+    def mark_answer(self, turn_id: int, at_sample: int) -> None:
+        """The LLM's answer starts at reply-relative sample ``at_sample`` of ``turn_id``: stamp
+        ``answer_start`` when its first voiced sample plays."""
+        r = self.reply
+        if r is not None and r.turn_id == turn_id and r.answer_at is None:
+            r.answer_at = at_sample
 
     def truncate(self, turn_id: int, keep: int) -> int:
         """Drop queued audio of ``turn_id`` beyond sample ``keep`` (reply-relative) that has not
@@ -139,6 +150,10 @@ class Playout:
             self.on_reply_done(r, True)
         return r
 
+    def _first_voiced(self, frame: np.ndarray, a: int, b: int) -> int | None:
+        loud = np.flatnonzero(np.abs(frame[a:b].astype(np.int32)) >= self.voiced_level)
+        return a + int(loud[0]) if len(loud) else None
+
     # --- caller side ----------------------------------------------------------------------
     def tick(self, now: float) -> np.ndarray:
         """Play one 20 ms frame starting at ``now`` (ms); returns the int16 frame heard."""
@@ -175,10 +190,16 @@ class Playout:
         if r.played == 0:
             self._stamp("playout_start", r.turn_id, now, estimated=not self.caller_side)
         if not r.started_voiced:
-            loud = np.flatnonzero(np.abs(out[:filled].astype(np.int32)) >= self.voiced_level)
-            if len(loud):
+            at = self._first_voiced(out, 0, filled)
+            if at is not None:
                 r.started_voiced = True
-                self._stamp("playback_start", r.turn_id, now + 1000.0 * loud[0] / self.rate,
+                self._stamp("playback_start", r.turn_id, now + 1000.0 * at / self.rate,
+                            estimated=not self.caller_side)
+        if r.answer_at is not None and not r.answered and r.played + filled > r.answer_at:
+            at = self._first_voiced(out, max(0, r.answer_at - r.played), filled)
+            if at is not None:
+                r.answered = True
+                self._stamp("answer_start", r.turn_id, now + 1000.0 * at / self.rate,
                             estimated=not self.caller_side)
         r.played += filled
         return out

@@ -1,20 +1,26 @@
-"""One agent reply: first clause → LLM continuation → TTS → playout, with mid-stream recovery.
+"""The speech side of a reply: text → speakable chunks → TTS → playout, with mid-stream recovery.
 
-A reply runs in its own task group; cancelling its task is barge-in. Text flows through a small
-queue to the TTS consumer so the first clause is synthesized and played while the LLM is still
-generating the rest. Every piece of audio is sent with the reply's ``turn_id``; the playout drops
-audio of a stale turn, so output of a cancelled reply never reaches the caller.
+A reply runs in its own task group; cancelling its task is barge-in. :meth:`Reply.speak` reads
+:class:`~rejoinder.respond.Say` items (LLM text deltas as they are generated, or words the
+runtime says on its own), cuts them into speakable chunks (:class:`~rejoinder.text.SpeakableChunker`)
+and synthesizes chunk after chunk while the LLM is still writing. Every piece of audio is sent
+with the reply's ``turn_id``; the playout drops audio of a stale turn, so output of a cancelled
+reply never reaches the caller.
 
-Recovery (each one is a :class:`~rejoinder.events.Recovery` event on the timeline):
+Words the LLM did not write are marked: each :class:`~rejoinder.events.SpeakableText` carries its
+``source``, and the playout stamps ``answer_start`` at the first voiced sample of LLM-written audio
+(time to answer; equal to ``playback_start`` unless the runtime spoke first). Fillers
+(:class:`FillerPolicy`) are such words: off by default.
+
+Recovery (each one a :class:`~rejoinder.events.Recovery` event on the timeline):
 
 * TTS fails or stalls mid-chunk → the audio already queued is trimmed back to the end of the last
   whole word, and the rest of the chunk resumes from the next word on a retry, then on the backup
   TTS. Word ends come from the TTS word timings, else from the speaking rate (flagged estimated).
-  Watchdog: no first audio within ``tts_first_audio_ms``.
+* No first audio within the watchdog (``tts_first_audio_ms`` plus ``tts_first_audio_per_char_ms``
+  per character: a long chunk takes longer to synthesize) → the identical request is never sent
+  to the same engine again: it goes to the backup TTS.
 * The reply's first TTS audio is trimmed of the engine's leading silence (``_leading_silence``).
-* LLM fails or stalls after partial output → one retry that continues the same text (``prefix`` =
-  everything generated so far); if that fails and nothing was said, a short recovery line.
-  Watchdogs: ``llm_first_token_ms`` before the first token, ``llm_stall_ms`` between tokens.
 
 :meth:`Reply.heard` computes exactly which words the caller heard; only those go into the context.
 """
@@ -23,38 +29,48 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterable
 
 import numpy as np
 import soxr
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from .clock import Clock, wait_within
-from .events import ErrorEvent, LlmToken, Recovery, SpeakableText
+from .clock import wait_within
+from .events import ErrorEvent, Recovery, SpeakableText
 from .line import Playout
-from .ports import LLMPort, LLMRequest, PortError, TTSPort
-from .stages import Stamper, timed_llm, timed_tts
-from .text import SpeakableChunker, normalize_for_speech
+from .ports import TTSPort
+from .stages import Stamper, WatchdogTimeout, timed_tts, watch
+from .text import SpeakableChunker, SpeechNormalizer
 
-RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
+if TYPE_CHECKING:
+    from .respond import Say
 
 
 class RecoveryPolicy(BaseModel):
-    """Watchdog limits (ms) and retries for a reply."""
+    """Watchdog limits (ms) and retries for a reply, and whether the runtime may say a recovery
+    line itself when the LLM could not say anything (a declared policy, marked on the timeline)."""
 
     model_config = ConfigDict(extra="forbid")
     tts_first_audio_ms: float = 600.0
+    tts_first_audio_per_char_ms: float = 6.0
     tts_stall_ms: float = 500.0
     llm_first_token_ms: float = 2500.0
     llm_stall_ms: float = 700.0
     tts_retries: int = 1
     llm_retries: int = 1
-    tail_margin_ms: float = 300.0  # an optional continuation must be ready this long before the
-    # queued audio runs out, so the deterministic tail can still be synthesized without a gap
+    recovery_line: bool = True
 
 
-class WatchdogTimeout(PortError):
-    """A stage produced nothing within its watchdog limit."""
+class FillerPolicy(BaseModel):
+    """Words the runtime may say on its own while the LLM's answer is not ready (e.g. during a
+    slow tool call). Off by default: a filler is not the answer, so the timeline marks it
+    (``source="filler"``) and each turn reports both V2V and time to answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    after_ms: float = Field(700.0, gt=0, description="say a filler when the LLM has produced no "
+                            "speakable text this long after the reply started")
+    phrases: tuple[str, ...] = ("One moment.",)
 
 
 @dataclass
@@ -66,31 +82,6 @@ class _Spoken:
     text: str | None = None         # the chunk as written, while this record covers all of it
     samples: int = 0
     timings: list[tuple[str, float, float]] = field(default_factory=list)  # ms within this piece
-
-
-async def _watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: float, what: str):
-    """Re-yield ``stream``; raise WatchdogTimeout when an item takes longer than the limit on the
-    call clock (so scripted timelines with a virtual clock exercise the watchdogs too)."""
-    first = True
-    nxt: asyncio.Future | None = None
-    try:
-        while True:
-            limit = first_ms if first else gap_ms
-            nxt = asyncio.ensure_future(anext(stream))
-            try:
-                item = await wait_within(clock, nxt, limit)
-            except TimeoutError:
-                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms") from None
-            except StopAsyncIteration:
-                return
-            nxt = None
-            first = False
-            yield item
-    finally:
-        if nxt is not None and not nxt.done():  # never close a generator another task is running
-            nxt.cancel()
-            await asyncio.gather(nxt, return_exceptions=True)
-        await stream.aclose()
 
 
 LEAD_LEVEL = 328       # int16 peak ≈ -40 dBFS: the playout's "voiced" level
@@ -108,39 +99,32 @@ def _leading_silence(pcm: np.ndarray, rate: int) -> int:
 
 
 class Reply:
-    """Runs one reply for ``turn_id`` on ``playout`` at the line rate (int16 mono)."""
+    """Speaks one reply for ``turn_id`` on ``playout`` at the line rate (int16 mono)."""
 
-    def __init__(self, st: Stamper, turn_id: int, playout: Playout, tts: TTSPort,
-                 llm: LLMPort | None, *, backup_tts: TTSPort | None = None,
-                 recovery: RecoveryPolicy | None = None) -> None:
+    def __init__(self, st: Stamper, turn_id: int, playout: Playout, tts: TTSPort, *,
+                 backup_tts: TTSPort | None = None, recovery: RecoveryPolicy | None = None,
+                 filler: FillerPolicy | None = None) -> None:
         self.st = st
         self.turn_id = turn_id
         self.playout = playout
         self.tts = tts
         self.backup_tts = backup_tts
-        self.llm = llm
         self.policy = recovery or RecoveryPolicy()
+        self.filler = filler or FillerPolicy()
         self.spoken: list[_Spoken] = []
         self.full_text = ""
         self.estimated = False
         self._index = 0
         self._samples_per_char: float | None = None
-        self._guard: Callable[[str], bool] | None = None
-        self._first_audio = asyncio.Event()  # set once the first chunk is on the line (or failed)
+        self._answer_marked = False
 
-    # --- text -------------------------------------------------------------------------------
-    async def speak(self, first_clause: str, request: LLMRequest | None, tail: str = "",
-                    guard: Callable[[str], bool] | None = None) -> None:
-        """Speak ``first_clause`` then the LLM's continuation of ``request`` — or ``tail`` when
-        there is no request or the LLM gave nothing. With a ``guard``, the continuation is held
-        back until complete and spoken only if ``guard(text)`` accepts it (else ``tail``); the
-        first clause is playing meanwhile, so this costs no latency. Returns when all audio is
-        queued."""
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
+    async def speak(self, items: AsyncIterable["Say"]) -> None:
+        """Speak ``items`` (text deltas with their source) as they arrive; returns when all audio
+        is queued on the playout."""
+        queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         self.playout.begin(self.turn_id)
-        self._guard = guard
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(self._produce(first_clause, request, queue, tail))
+            tg.create_task(self._produce(items, queue))
             tg.create_task(self._synthesize(queue))
         self.playout.end_reply(self.turn_id)
 
@@ -148,106 +132,70 @@ class Reply:
         self.st.emit(Recovery(stage, action, reason, resume_from, self.st.now(), self.st.call_id,
                               self.turn_id))
 
-    async def _produce(self, first_clause: str, request: LLMRequest | None,
-                       queue: asyncio.Queue[str | None], tail: str = "") -> None:
+    async def _produce(self, items: AsyncIterable["Say"],
+                       queue: asyncio.Queue[tuple[str, str] | None]) -> None:
+        """Chunk the text as it arrives; a change of source (or a flush) ends the chunk."""
+        chunker, source = SpeakableChunker(), "llm"
         try:
-            if first_clause:  # split at its first safe clause boundary: a shorter first chunk
-                head = SpeakableChunker()  # is synthesized sooner (Piper works per sentence)
-                for chunk in head.push(first_clause) + head.flush():
-                    queue.put_nowait(chunk)
-            if request is None or self.llm is None:
-                if tail:
-                    queue.put_nowait((" " if first_clause else "") + tail)
-                return
-            if first_clause:
-                # the first clause's synthesis is on the critical path: let it have the CPU
-                # before the LLM starts (the continuation is needed only after it has played)
-                await self._first_audio.wait()
-            guard = self._guard
-            held: list[str] = []
-            chunker = SpeakableChunker()
-            cont = asyncio.ensure_future(self._continue(request, first_clause, chunker, held, queue))
-            budget = self._continuation_budget() if (guard and tail and first_clause) else None
-            try:
-                generated = await (cont if budget is None else wait_within(self.st.clock, cont, budget))
-            except TimeoutError:
-                # the continuation is optional (the tail states the same facts): it must be ready
-                # before the first clause has played out, or the caller would hear a silence
-                cont.cancel()
-                await asyncio.gather(cont, return_exceptions=True)
-                self._recovered("llm", "skipped", f"continuation not ready within {budget:.0f} ms "
-                                "(before the first clause ends)", "")
-                held.clear()
-                generated = ""
-                guard = None
-            else:
-                held.extend(chunker.flush()) if guard else [queue.put_nowait(c) for c in chunker.flush()]
-            if guard is not None:
-                if guard("".join(held)):
-                    for chunk in held:
-                        queue.put_nowait(chunk)
-                else:
-                    self._recovered("llm", "ungrounded", "continuation not grounded in the facts",
-                                    "".join(held).strip()[:80])
-                    generated = ""
-            if not generated.strip() and tail:
-                queue.put_nowait((" " if first_clause else "") + tail)
+            async for item in (self._with_filler(items) if self.filler.enabled else items):
+                if item.source != source or item.flush:
+                    for chunk in chunker.flush():
+                        queue.put_nowait((chunk, source))
+                    source = item.source
+                for chunk in chunker.push(item.text) + (chunker.flush() if source != "llm" else []):
+                    queue.put_nowait((chunk, source))  # the runtime's own lines are complete
+            for chunk in chunker.flush():
+                queue.put_nowait((chunk, source))
         finally:
             queue.put_nowait(None)
 
-    def _continuation_budget(self) -> float:
-        """ms until the audio already queued for this reply runs out, less the time the tail's
-        synthesis needs (``tail_margin_ms``)."""
-        r = self.playout.reply
-        left = 1000.0 * (r.queued - r.played) / self.playout.rate if r is not None else 0.0
-        return max(0.0, left - self.policy.tail_margin_ms)
+    async def _with_filler(self, items: AsyncIterable["Say"]):
+        """``items``, with a filler phrase inserted when no text has come ``filler.after_ms``
+        (call clock) after the reply started."""
+        from .respond import Say
 
-    async def _continue(self, request: LLMRequest, first_clause: str, chunker: SpeakableChunker,
-                        held: list[str], queue: asyncio.Queue[str | None]) -> str:
-        """Stream the LLM continuation (retrying once after a failure, from the text so far) into
-        ``held`` (guarded) or straight to ``queue``; return the generated text."""
-        guard = self._guard
-        generated = ""
-        for attempt in range(self.policy.llm_retries + 1):
-            req = request if attempt == 0 else LLMRequest(
-                request.messages, max(8, request.max_tokens - len(generated) // 4),
-                request.temperature, request.json_schema, request.prefix + generated, request.stop)
+        deadline = self.st.now() + self.filler.after_ms
+        it = aiter(items)
+        filled = False
+        while True:
+            nxt = asyncio.ensure_future(anext(it))
             try:
-                stream = timed_llm(self.st, self.turn_id, self.llm, req)
-                async for delta in _watch(stream, self.st.clock, self.policy.llm_first_token_ms,
-                                          self.policy.llm_stall_ms, "llm"):
-                    generated += delta
-                    self.st.emit(LlmToken(delta, self.st.now(), self.st.call_id, self.turn_id))
-                    for chunk in chunker.push(delta):
-                        (held.append if guard else queue.put_nowait)(chunk)
+                try:
+                    left = deadline - self.st.now()
+                    item = await (nxt if filled else wait_within(self.st.clock, nxt, max(0.0, left)))
+                except TimeoutError:
+                    filled = True
+                    yield Say(self.filler.phrases[0] + " ", "filler")
+                    item = await nxt
+            except StopAsyncIteration:
+                return
+            finally:
+                if not nxt.done():
+                    nxt.cancel()
+                    await asyncio.gather(nxt, return_exceptions=True)
+            yield item
+            if item.text.strip():
                 break
-            except Exception as exc:
-                for chunk in chunker.flush():  # say what we have while we recover
-                    (held.append if guard else queue.put_nowait)(chunk)
-                if attempt < self.policy.llm_retries:
-                    self._recovered("llm", "retry", repr(exc), generated[-40:])
-                    continue
-                if not first_clause and not generated.strip():
-                    self._recovered("llm", "recovery_line", repr(exc), "")
-                    queue.put_nowait(RECOVERY_LINE)
-                else:
-                    self._recovered("llm", "give_up", repr(exc), "")
-        return generated
+        async for item in it:
+            yield item
 
     # --- audio ------------------------------------------------------------------------------
-    async def _synthesize(self, queue: asyncio.Queue[str | None]) -> None:
-        while (text := await queue.get()) is not None:
+    async def _synthesize(self, queue: asyncio.Queue[tuple[str, str] | None]) -> None:
+        norm = SpeechNormalizer()  # each chunk is read with the reply's earlier text as context
+        while (entry := await queue.get()) is not None:
+            text, source = entry
             self.full_text += text
-            spoken = normalize_for_speech(text)
+            spoken = norm.feed(text)
             if not spoken.strip():
-                self._first_audio.set()
                 continue
             self.st.emit(SpeakableText(text, spoken, self._index, self.st.now(), self.st.call_id,
-                                       self.turn_id))
+                                       self.turn_id, source))
             if self._index == 0:
-                self.st.stamp("first_speakable_text", self.turn_id)
+                self.st.stamp("first_speakable_text", self.turn_id, source=source)
+            if source == "llm" and not self._answer_marked and self.playout.reply is not None:
+                self._answer_marked = True
+                self.playout.mark_answer(self.turn_id, self.playout.reply.queued)
             ok = await self._speak_chunk(spoken.split(), text.strip())
-            self._first_audio.set()
             if not ok:
                 return  # stale: the reply was cut
 
@@ -255,7 +203,9 @@ class Reply:
         engines = [self.tts] * (1 + self.policy.tts_retries)
         if self.backup_tts is not None:
             engines.append(self.backup_tts)
-        for attempt, tts in enumerate(engines):
+        attempt = 0
+        while attempt < len(engines):
+            tts = engines[attempt]
             rec = _Spoken(words, self.playout.reply.queued if self.playout.reply else 0,
                           text=written if attempt == 0 else None)
             self.spoken.append(rec)
@@ -266,12 +216,17 @@ class Reply:
                 words = words[kept:]
                 if not words:
                     return True
-                action = "retry" if attempt + 1 < len(engines) - (self.backup_tts is not None) else "backup"
-                if attempt + 1 >= len(engines):
+                attempt += 1
+                if isinstance(exc, WatchdogTimeout) and kept == 0:
+                    # the identical request just timed out: never send it to the same engine again
+                    while attempt < len(engines) and engines[attempt] is tts:
+                        attempt += 1
+                if attempt >= len(engines):
                     self._recovered("tts", "give_up", repr(exc), " ".join(words))
                     self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id,
                                             self.turn_id))
                     return True
+                action = "backup" if engines[attempt] is self.backup_tts else "retry"
                 self._recovered("tts", action, repr(exc), " ".join(words))
         return True
 
@@ -282,9 +237,10 @@ class Reply:
                      soxr.ResampleStream(tts.sample_rate, self.playout.rate, 1, dtype="int16"))
         offset_ms = 0.0
         trim = index == 0  # the reply's very first audio: drop the engine's leading silence
-        stream = timed_tts(self.st, self.turn_id, index, tts, " ".join(rec.words))
-        async for piece in _watch(stream, self.st.clock, self.policy.tts_first_audio_ms,
-                                 self.policy.tts_stall_ms, "tts"):
+        text = " ".join(rec.words)
+        first_ms = self.policy.tts_first_audio_ms + self.policy.tts_first_audio_per_char_ms * len(text)
+        stream = timed_tts(self.st, self.turn_id, index, tts, text)
+        async for piece in watch(stream, self.st.clock, first_ms, self.policy.tts_stall_ms, "tts"):
             raw = piece.pcm
             if trim:
                 trim = False
@@ -311,7 +267,6 @@ class Reply:
             return True
         if not self.playout.send(self.turn_id, pcm, self.st.now()):
             return False
-        self._first_audio.set()
         rec.samples += len(pcm)
         return True
 

@@ -69,6 +69,8 @@ class Expect(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tools: list[ToolExpect] = Field(default_factory=list, description="tools that must be called")
     reply_contains: list[str] = Field(default_factory=list, description="words the caller must hear")
+    reply_excludes: list[str] = Field(default_factory=list, description="words the caller must not "
+                                      "hear (e.g. another customer's order details)")
     v2v_budget_ms: float | None = Field(None, gt=0)
     interrupts: bool | None = Field(None, description="true: must cut the agent off; false: must not")
 

@@ -3,8 +3,15 @@
 Caller frames (int16 mono, 20 ms at ``LINE_RATE``) arrive through :meth:`Session.on_frame`, called
 by the transport once per frame. The VAD runs inline (≈130 µs per 32 ms window — cheaper than a
 thread hop); everything else (end-of-turn model, STT, LLM, TTS) runs once per pause or per reply,
-off the event loop inside the adapters. Decisions come from the pure :class:`~rejoinder.turns.TurnTaker`;
-the reply pipeline lives in :mod:`rejoinder.reply`; the application (tools, policy) is plugged in.
+off the event loop inside the adapters. Decisions come from the pure :class:`~rejoinder.turns.TurnTaker`.
+
+Each reply is two halves: the LLM side (:class:`~rejoinder.respond.Draft`: the agent loop of LLM
+steps and tool calls) and the speech side (:class:`~rejoinder.reply.Reply`: chunking, TTS,
+playout). On a pause whose transcript is ready before the turn is decided over, the LLM side
+starts *preemptively* (``preemptive``): nothing is spoken and no irreversible tool runs before
+the commit; if the caller goes on or the final transcript differs, the draft is discarded and its
+reversible tool runs are compensated. The agent (instructions, tools) is the user's
+:class:`~rejoinder.agent.Agent`; the session imports no application code.
 """
 
 from __future__ import annotations
@@ -16,13 +23,17 @@ from typing import Any
 
 import numpy as np
 
+from .agent import Agent
 from .audio_io import resample
 from .clock import wait_within
-from .events import AgentSpeech, ErrorEvent, Recovery, ToolCallEvent, TranscriptEvent, TurnDecision
+from .conversation import Conversation, Step, undo_runs
+from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort
-from .reply import RecoveryPolicy, Reply
+from .reply import FillerPolicy, RecoveryPolicy, Reply
+from .respond import Draft, Say
 from .stages import Stamper
+from .tools import CallContext
 from .turns import (State, CancelReply, CheckBackchannel, Commit, Hold, OpenTurn, Resume, Speculate,
                     TurnPolicy, TurnTaker, is_backchannel)
 from .vad import VadTracker
@@ -84,18 +95,26 @@ class Stack:
 class Session:
     """One call. Create it, start :meth:`run` as a task, feed frames with :meth:`on_frame`."""
 
-    def __init__(self, st: Stamper, stack: Stack, app: Any, *, policy: TurnPolicy | None = None,
-                 max_seconds: float = 900.0, caller_side_playout: bool = True,
-                 recovery: RecoveryPolicy | None = None, tentative_tools: bool = True,
+    def __init__(self, st: Stamper, stack: Stack, agent: Agent, ctx: CallContext | None = None, *,
+                 policy: TurnPolicy | None = None, max_seconds: float = 900.0,
+                 caller_side_playout: bool = True, recovery: RecoveryPolicy | None = None,
+                 filler: FillerPolicy | None = None, preemptive: bool = True,
                  downstream_lag_ms: float = 0.0) -> None:
-        """``downstream_lag_ms``: audio a live transport still holds after this playout (client
+        """``ctx`` is the call's context for tools and hooks (default: just the call id).
+        ``preemptive``: start the LLM on a pause's transcript before the turn is decided over.
+        ``downstream_lag_ms``: audio a live transport still holds after this playout (client
         jitter buffer + output latency). On a cut, that much of the "played" audio never reached
         the caller, so it is not counted as heard (and the heard text is flagged estimated)."""
+        if stack.llm is None:
+            raise ValueError("an LLM-driven session needs an LLM port (Stack.llm)")
         self.st = st
         self.stack = stack
-        self.app = app
+        self.agent = agent
+        self.ctx = ctx or CallContext(st.call_id)
+        self.conv = Conversation(agent, self.ctx, st)
         self.policy = policy or TurnPolicy()
         self.recovery = recovery or RecoveryPolicy()
+        self.filler = filler or FillerPolicy()
         self.taker = TurnTaker(self.policy)
         self.tracker = VadTracker(stack.vad, pause_ms=self.policy.pause_ms)
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
@@ -108,9 +127,11 @@ class Session:
         self._interim: dict[int, str] = {}  # latest interim transcript per turn
         self._spec: dict[int, tuple[float, asyncio.Task]] = {}  # turn → (end_ms, stt task)
         self._replies: dict[int, tuple[Reply | None, asyncio.Task]] = {}
-        self._speaking: dict[int, Reply] = {}  # replies whose audio may be on the line
-        self._prepared: dict[int, tuple[str, Any, list]] = {}  # turn → tentative (text, plan, results)
-        self.tentative_tools = tentative_tools
+        # replies whose audio may be on the line: turn → (reply, caller's text, LLM steps)
+        self._speaking: dict[int, tuple[Reply, str | None, list[Step]]] = {}
+        self._drafts: dict[int, Draft] = {}  # the LLM side of each turn's reply (maybe tentative)
+        self._undoing: set[asyncio.Task] = set()  # compensations of discarded drafts
+        self.preemptive = preemptive
         self._lag_samples = int(downstream_lag_ms * LINE_RATE / 1000)
         self._tasks: set[asyncio.Task] = set()
         self.errors: list[BaseException] = []
@@ -166,7 +187,7 @@ class Session:
     def _perform(self, actions: list) -> None:
         for a in actions:
             if isinstance(a, (Speculate, CancelReply)):  # the tentative transcript is stale
-                self._undo_prepared(a.turn_id)
+                self._discard_draft(a.turn_id)
             if isinstance(a, OpenTurn):
                 self._onset[a.turn_id] = a.onset_ms
                 self.st.stamp("user_speech_start", a.turn_id, a.onset_ms, estimated=True)
@@ -229,40 +250,41 @@ class Session:
                                                        number_incomplete(text), self.st.now(),
                                                        question=text.endswith("?")))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.tentative_tools and text and not number_incomplete(text)):
-                self._prepare(turn_id, end_ms, text)
+                    and self.preemptive and text and not number_incomplete(text)):
+                self._start_draft(turn_id, text, tentative=True)
         return text
 
-    # --- tentative work (commit policy) ---------------------------------------------------------
-    def _prepare(self, turn_id: int, end_ms: float, text: str) -> None:
-        """The turn is likely over but not committed: plan on the tentative transcript and run
-        its tools early — only if every one is reversible. Never speaks; see :meth:`_decide`."""
-        plan = self.app.plan(text, commit=False)
-        if not plan.tool_calls or any(not self.app.tools[c.name].reversible for c in plan.tool_calls):
-            return
-        results = [self._run_tool(turn_id, c, tentative=True) for c in plan.tool_calls]
-        self._prepared[turn_id] = (text, plan, results)
+    # --- the LLM side: drafts --------------------------------------------------------------
+    def _start_draft(self, turn_id: int, text: str, *, tentative: bool) -> Draft:
+        """Start the agent loop for ``text`` (after any pending compensation has finished)."""
+        self._discard_draft(turn_id)
+        draft = Draft(self.conv, turn_id, text, self.stack.llm, self.recovery, tentative=tentative)
+        undoing = tuple(self._undoing)
 
-    def _undo_prepared(self, turn_id: int) -> None:
-        """The tentative transcript changed: compensate the reversible tools that ran early."""
-        prepared = self._prepared.pop(turn_id, None)
-        if prepared is None:
-            return
-        _, plan, results = prepared
-        for call, result in zip(reversed(plan.tool_calls), reversed(results)):
-            self.app.compensate(call, result)
-            self.st.emit(ToolCallEvent(call.name, dict(call.args), True, self.st.now(),
-                                       self.st.call_id, turn_id, result={"compensated": True}))
+        async def run() -> None:
+            if undoing:  # a discarded draft's reversible tools are undone before new ones run
+                await asyncio.gather(*undoing, return_exceptions=True)
+            await draft.run()
+        draft.task = self._spawn(run(), turn_id, "llm")
+        self._drafts[turn_id] = draft
+        return draft
 
-    def _run_tool(self, turn_id: int, call: Any, tentative: bool = False) -> Any:
-        tool = self.app.tools[call.name]
-        self.st.stamp("tool_start", turn_id, name=call.name, args=call.args,
-                      reversible=tool.reversible, tentative=tentative)
-        result = self.app.execute(call)
-        self.st.stamp("tool_end", turn_id, name=call.name)
-        self.st.emit(ToolCallEvent(call.name, dict(call.args), tool.reversible, self.st.now(),
-                                   self.st.call_id, turn_id, result=result))
-        return result
+    def _discard_draft(self, turn_id: int) -> None:
+        """Stop the turn's draft; if it was still tentative, compensate its reversible tools."""
+        draft = self._drafts.pop(turn_id, None)
+        if draft is None:
+            return
+        draft.task.cancel()
+        if not draft.tentative:
+            return
+
+        async def undo() -> None:
+            await asyncio.gather(draft.task, return_exceptions=True)
+            runs = await draft.settled_runs()
+            await undo_runs(self.conv, turn_id, [r for r in runs if r.tentative])
+        task = self._spawn(undo(), turn_id, "tools")
+        self._undoing.add(task)
+        task.add_done_callback(self._undoing.discard)
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         audio = self._segment(a.start_ms - 100.0, a.end_ms + TAIL_MS)
@@ -321,10 +343,7 @@ class Session:
     async def _reply(self, turn_id: int) -> None:
         text = await self._final_transcript(turn_id)
         if text is None:
-            reply = Reply(self.st, turn_id, self.playout, self.stack.tts, None,
-                          backup_tts=self.stack.backup_tts, recovery=self.recovery)
-            self._speaking[turn_id] = reply
-            await reply.speak(DIDNT_CATCH, None)
+            await self._say(turn_id, DIDNT_CATCH, "recovery")
             return
         self.st.stamp("transcript_final", turn_id, text=text)
         self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, turn_id))
@@ -337,34 +356,38 @@ class Session:
         if not text:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
-        first_clause, request, tail, guard = self._decide(turn_id, text)
-        reply = Reply(self.st, turn_id, self.playout, self.stack.tts, self.stack.llm,
-                      backup_tts=self.stack.backup_tts, recovery=self.recovery)
-        self._speaking[turn_id] = reply
+        draft = self._drafts.get(turn_id)
+        if draft is not None and draft.user_text == text:
+            draft.confirm()  # adopt the preemptive draft: its text is spoken from now on
+        else:
+            draft = self._start_draft(turn_id, text, tentative=False)
+        await self._speak(turn_id, draft.items(), text, draft.steps)
+
+    async def _speak(self, turn_id: int, items, user_text: str | None, steps: list[Step]) -> None:
+        reply = Reply(self.st, turn_id, self.playout, self.stack.tts, backup_tts=self.stack.backup_tts,
+                      recovery=self.recovery, filler=self.filler)
+        self._speaking[turn_id] = (reply, user_text, steps)
         try:
-            await reply.speak(first_clause, request, tail, guard)
+            await reply.speak(items)
         except* Exception as eg:
             for exc in eg.exceptions:
                 self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id, turn_id))
             self.playout.end_reply(turn_id)
 
-    def _decide(self, turn_id: int, text: str):
-        """Plan the final transcript and run its tools (stamped) — reusing tools that already ran
-        on an identical tentative transcript, compensating them if the transcript changed.
-        Returns (first clause, LLM request, tail, guard)."""
-        prepared = self._prepared.pop(turn_id, None)
-        if prepared is not None and prepared[0] == text:
-            _, plan, results = prepared
-            self.app.adopt(plan, text)
-        else:
-            if prepared is not None:
-                self._prepared[turn_id] = prepared
-                self._undo_prepared(turn_id)
-            plan = self.app.plan(text)
-            results = [self._run_tool(turn_id, c) for c in plan.tool_calls]
-        reply = self.app.compose(plan, results)
-        return (reply.first_clause, reply.llm_request, getattr(reply, "tail", ""),
-                getattr(reply, "grounded", None))
+    async def _say(self, turn_id: int, text: str, source: str) -> None:
+        """Say ``text`` that the LLM did not write (``source``: greeting, recovery, idle…); it is
+        marked on the timeline and enters the context as heard, like any reply."""
+        async def items():
+            yield Say(text, source)
+        await self._speak(turn_id, items(), None, [Step(text)])
+
+    def greet(self) -> None:
+        """Say the agent's greeting, if it has one (call once, when the call opens). The caller
+        can talk over it like over any reply."""
+        g = self.agent.greeting
+        text = g(self.ctx) if callable(g) else g
+        if text and self.taker.agent_initiates():
+            self._replies[0] = (None, self._spawn(self._say(0, text, "greeting"), 0, "reply"))
 
     def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, *, estimated: bool = False,
                       **data: Any) -> None:
@@ -374,14 +397,14 @@ class Session:
 
     def _on_reply_done(self, audio: ReplyAudio, interrupted: bool) -> None:
         """The playout finished (or cut) a reply: record what was heard, update the context."""
-        reply = self._speaking.pop(audio.turn_id, None)
+        reply, user_text, steps = self._speaking.pop(audio.turn_id, (None, None, []))
         played = max(0, audio.played - self._lag_samples) if interrupted else audio.played
         heard, estimated = reply.heard(played) if reply else ("", False)
         estimated = estimated or (interrupted and self._lag_samples > 0)
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
                                  self.st.now(), self.st.call_id, audio.turn_id))
-        if hasattr(self.app, "heard"):
-            self.app.heard(heard)
+        self.conv.add_heard(audio.turn_id, user_text, steps, heard)
+        self._drafts.pop(audio.turn_id, None)
         if not interrupted:
             self._replies.pop(audio.turn_id, None)
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now()))

@@ -8,12 +8,17 @@ measured like real ones.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from .clock import Clock
+from .clock import Clock, wait_within
 from .events import Boundary, Event, EventBus
-from .ports import LLMPort, LLMRequest, TTSAudio, TTSPort
+from .ports import LLMDelta, LLMPort, LLMRequest, PortError, TTSAudio, TTSPort
+
+
+class WatchdogTimeout(PortError):
+    """A stage produced nothing within its watchdog limit."""
 
 
 @dataclass
@@ -37,9 +42,12 @@ class Stamper:
         self.bus.emit(event)
 
 
-async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[str]:
-    """Stream ``llm`` for ``request``, stamping request and first token."""
-    st.stamp("llm_request", turn_id, model=llm.model_name)
+async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort,
+                    request: LLMRequest) -> AsyncIterator[LLMDelta]:
+    """Stream ``llm`` for ``request``, stamping ``llm_request`` (with the model, the number of
+    messages and of tools offered) and ``llm_first_token`` (the first text or tool call)."""
+    st.stamp("llm_request", turn_id, model=llm.model_name, messages=len(request.messages),
+             tools=len(request.tools))
     first = True
     stream = llm.stream(request)
     try:
@@ -64,4 +72,30 @@ async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: s
                 first = False
             yield piece
     finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: float, what: str):
+    """Re-yield ``stream``; raise :class:`WatchdogTimeout` when its first item takes longer than
+    ``first_ms`` or a later one longer than ``gap_ms`` (ms on the call clock, so scripted
+    timelines with a virtual clock exercise the watchdogs too)."""
+    first = True
+    nxt: asyncio.Future | None = None
+    try:
+        while True:
+            limit = first_ms if first else gap_ms
+            nxt = asyncio.ensure_future(anext(stream))
+            try:
+                item = await wait_within(clock, nxt, limit)
+            except TimeoutError:
+                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms") from None
+            except StopAsyncIteration:
+                return
+            nxt = None
+            first = False
+            yield item
+    finally:
+        if nxt is not None and not nxt.done():  # never close a generator another task is running
+            nxt.cancel()
+            await asyncio.gather(nxt, return_exceptions=True)
         await stream.aclose()  # type: ignore[attr-defined]

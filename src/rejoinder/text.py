@@ -21,22 +21,46 @@ next chunk (for a newline boundary the newline starts the next chunk).
   `` — ``; an em dash between words; a pause ellipsis) or *sentence end* whose
   chunk holds at least ``min_first_words`` words.  The agent can start speaking
   the first clause while the LLM is still generating the rest.
+* **First-chunk budget** - the first chunk never waits for punctuation beyond
+  ``first_max_words`` words / ``first_max_chars`` characters (default 10 words,
+  60 characters).  Why: Piper synthesises a whole sentence before it yields any
+  audio, so its time to first audio grows with the chunk; a 60-token run-on
+  sentence from a small LLM (or a file path) held the first audio for ~1 s while
+  the chunker waited for a boundary and then took Piper over 600 ms.  Sixty
+  characters (about ten words) are about 3-4 s of speech: long enough to sound
+  natural, short enough for a fast first synthesis (Piper's cost grows with the
+  characters it reads), and the rest is generated and synthesised while it plays.  When
+  the budget is exceeded with no boundary inside it, the chunk ends at the best
+  *safe gap* inside the budget: after clause punctuation or before a conjunction
+  ("and", "but", "so", "because", "which", ...) if one leaves at least
+  ``min_first_words`` words, else the last safe gap.  A gap is safe unless it is
+  inside a number, date, time, price or phone number, between a title or an
+  initial and a name, or between a name and its numeral (see
+  :func:`rejoinder.textscan.safe_gap`); e-mail addresses, URLs and paths hold no
+  whitespace, so they are never cut.  If no safe gap fits (one very long token),
+  the chunk ends at the first safe gap after it.
 * **Later chunks** - emitted only at sentence ends: ``.`` ``!`` ``?`` (optionally
-  followed by closing quotes/brackets) followed by whitespace, or a newline.  A
-  sentence with fewer than ``min_words`` words is merged into the next one.
-* **Safety** - a boundary is only acted on once the character after it has
-  arrived (``"3."`` may become ``"3.14"``; ``"1,"`` may become ``"1,000"``).  Never
-  a boundary: a ``.``/``,``/``:`` followed by a non-space character (decimals,
-  prices, thousands separators, times, dates, e-mail addresses, URLs, version
-  numbers); a ``.`` after a known abbreviation (Dr. Mr. Mrs. Ms. St. vs. etc.
-  e.g. i.e. a.m. p.m. U.S. U.K. Inc. Ltd. Jr. Sr. approx. ...), after a dotted
+  followed by closing quotes/brackets) followed by whitespace, a newline, or the
+  gap before an inline list marker ("1. Pickup 2. Delivery": each item is a
+  sentence).  A sentence with fewer than ``min_words`` words is merged into the
+  next one.
+* **Safety** - a boundary is only acted on once the text after it has arrived
+  (``"3."`` may become ``"3.14"``; ``"1,"`` may become ``"1,000"``; ``"March 3,"``
+  may be followed by a year).  Never a boundary: a ``.``/``,``/``:`` followed by
+  a non-space character (decimals, prices, thousands separators, times, dates,
+  e-mail addresses, URLs, version numbers); the comma inside a date ("March 3,
+  2027", "Friday, March 3"); a ``.`` after a known abbreviation (Dr. Mr. Mrs. Ms.
+  St. vs. etc. e.g. i.e. U.S. U.K. Inc. Ltd. Jr. Sr. approx. ...), after a dotted
   acronym, after a single capital letter (initials such as "J. R. R. Tolkien")
-  or after "No." when a number follows; a list marker such as ``"1. "`` at the
-  start of a line.
+  or after "No." when a number follows; the "." of a list marker (``"1. "`` at
+  the start of a line, after a colon or a sentence end, or "k." after marker
+  k - 1).  "a.m."/"p.m." end a sentence only when a sentence-starting word
+  ("Then", "We", "The", ...) follows.
 * **Ellipses** (``...`` or ``…``) are a pause: a clause boundary, and a sentence
   end only when whitespace and then a capital letter follow.
 * **Size cap** - when no acceptable boundary appears within ``max_chars``
-  characters, the chunk is cut at the last whitespace within ``max_chars`` (or
+  characters, the chunk is cut at the best safe gap within ``max_chars`` (the
+  same preference as the first-chunk budget; any whitespace if no gap is safe,
   hard at ``max_chars`` if there is none), so no chunk is longer than
   ``max_chars`` characters (the final flushed chunk included).
 
@@ -49,22 +73,23 @@ from __future__ import annotations
 import re
 
 from rejoinder.errors import ConfigError
-from rejoinder.textnorm import normalize_for_speech
+from rejoinder.textnorm import SpeechNormalizer, normalize_for_speech
+from rejoinder.textscan import (FUNCTION_WORDS, date_comma, is_abbrev, list_marker, marker_pending,
+                                natural_gap, safe_gap)
 
-__all__ = ["SpeakableChunker", "normalize_for_speech"]
+__all__ = ["SpeakableChunker", "SpeechNormalizer", "normalize_for_speech"]
 
-# Abbreviations after which a "." never ends a sentence.  Case-sensitive ones are
-# titles/company suffixes; the rest are compared lower-cased.
-_ABBREV_CASED = frozenset(
-    "Dr Mr Mrs Ms Mx St Jr Sr Inc Ltd Co Corp Prof Rev Gen Col Capt Sgt Lt Mt Ave "
-    "Blvd Rd Fig Vol Jan Feb Mar Apr Jun Jul Aug Sep Sept Oct Nov Dec".split()
-)
-_ABBREV_LOWER = frozenset("vs etc approx e.g i.e a.m p.m cf al esp incl min max".split())
-_DOTTED = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$")  # U.S  e.g  a.m  Ph.D-like initials
 _CLOSERS = "\"')]}»”’"
-_OPEN_STRIP = "\"'([{«“‘*_"
 _WORD = re.compile(r"\w")
+_TOKEN = re.compile(r"\S+")
+_WORD_END = re.compile(r"\S\s")
+_COMPLETE_WORD = re.compile(r"\s+\S+\s")
+_NEXT_WORD = re.compile(r"[ \t]*([\w'’]*)")
 _LOOKAHEAD = 16  # chars kept past max_chars so pending boundaries can resolve
+# A gap's safety depends on at most the first 24 characters of the word after it (a Roman
+# numeral is at most 15 letters), so a longer word need not be complete to decide the first cap.
+_LONG_WORD = 24
+_CONTEXT = 300  # chars of emitted text kept as context (list markers look back for "k - 1.")
 
 _CLAUSE, _SENTENCE = 1, 2
 _PENDING = object()
@@ -72,6 +97,13 @@ _PENDING = object()
 
 def _count_words(text: str) -> int:
     return sum(1 for tok in text.split() if _WORD.search(tok))
+
+
+def _gaps(text: str, end: int) -> list[tuple[int, str, str]]:
+    """Whitespace gaps between two words of ``text[:end]``: (index where the gap starts, the
+    word before it, the word after it)."""
+    toks = [(m.start(), m.group()) for m in _TOKEN.finditer(text, 0, end)]
+    return [(a + len(w), w, nw) for (a, w), (_b, nw) in zip(toks, toks[1:])]
 
 
 class SpeakableChunker:
@@ -83,6 +115,10 @@ class SpeakableChunker:
         min_words: words a later chunk needs before a sentence end may end it;
             shorter sentences are merged with the next; >= 1 (1 disables merging).
         max_chars: hard upper bound on a chunk's length in characters; >= 8.
+        first_max_words: the first chunk's word budget: past it, the chunk ends at
+            a safe gap without waiting for punctuation; >= ``min_first_words``.
+        first_max_chars: the first chunk's character budget (same rule); >= 8
+            (``max_chars`` applies when it is smaller).
 
     Raises:
         ConfigError: (a ``ValueError``) if a parameter is out of range.
@@ -91,15 +127,24 @@ class SpeakableChunker:
     it can be reused for the next utterance.
     """
 
-    def __init__(self, min_first_words: int = 3, min_words: int = 4, max_chars: int = 250) -> None:
+    def __init__(self, min_first_words: int = 3, min_words: int = 4, max_chars: int = 250,
+                 first_max_words: int = 10, first_max_chars: int = 60) -> None:
         if min_first_words < 1 or min_words < 1:
             raise ConfigError("min_first_words and min_words must be >= 1")
         if max_chars < 8:
             raise ConfigError(f"max_chars must be >= 8, got {max_chars}")
+        if first_max_words < min_first_words:
+            raise ConfigError(f"first_max_words ({first_max_words}) must be >= min_first_words "
+                              f"({min_first_words})")
+        if first_max_chars < 8:
+            raise ConfigError(f"first_max_chars must be >= 8, got {first_max_chars}")
         self.min_first_words = min_first_words
         self.min_words = min_words
         self.max_chars = max_chars
+        self.first_max_words = first_max_words
+        self.first_max_chars = first_max_chars
         self._buf = ""
+        self._ctx = ""  # the tail of the text already emitted in this utterance
         self._first = True
 
     def push(self, delta: str) -> list[str]:
@@ -137,38 +182,104 @@ class SpeakableChunker:
         if self._buf:
             out.append(self._take(len(self._buf)))
         self._first = True
+        self._ctx = ""
         return out
 
     # -- internals -----------------------------------------------------------
 
     def _take(self, cut: int) -> str:
         chunk, self._buf = self._buf[:cut], self._buf[cut:]
+        self._ctx = (self._ctx + chunk)[-_CONTEXT:]
         self._first = False
         return chunk
 
     def _find_cut(self) -> int | None:
         """Index to cut the buffer at now, or None to wait for more text."""
         buf, i, n = self._buf, 0, len(self._buf)
-        need = self.min_first_words if self._first else self.min_words
+        first = self._first
+        need = self.min_first_words if first else self.min_words
+        limit = self._budget() if first else self.max_chars
         while i < n:
             res = self._boundary(buf, i)
             if res is _PENDING:
-                break
+                if first and i > limit:
+                    break  # beyond the budget: the cap decides
+                return self._forced_cut() if n > self.max_chars + _LOOKAHEAD else None
             if res is None:
                 i += 1
                 continue
             kind, cut = res  # type: ignore[misc]
-            if cut > self.max_chars:
+            if cut > limit:
                 break
-            if (kind == _SENTENCE or self._first) and _count_words(buf[:cut]) >= need:
+            if (kind == _SENTENCE or first) and _count_words(buf[:cut]) >= need:
                 return cut
             i = max(cut, i + 1)
+        if first and (cap := self._first_cap(limit)) is not None:
+            return cap
         if n > self.max_chars + _LOOKAHEAD:
             return self._forced_cut()
         return None
 
+    def _budget(self) -> int:
+        """Longest prefix of the buffer that fits the first-chunk budget (chars and words)."""
+        words = [m.start() for m in _TOKEN.finditer(self._buf) if _WORD.search(m.group())]
+        limit = min(self.first_max_chars, self.max_chars)
+        if len(words) > self.first_max_words:
+            limit = min(limit, words[self.first_max_words])
+        return limit
+
+    def _first_cap(self, limit: int) -> int | None:
+        """The first chunk's cut once the buffer has run past its budget with no boundary.
+
+        Judged on the first ``max_chars + 17`` characters only, like :meth:`_forced_cut`, so
+        which of the two decides does not depend on how much text has arrived."""
+        buf = self._buf[:self.max_chars + _LOOKAHEAD + 1]
+        over = _WORD_END.search(buf, limit)
+        if over is not None:
+            end = over.start() + 1
+        elif len(buf) > limit and not buf[-1].isspace() and len(buf.split()[-1]) >= _LONG_WORD:
+            end = len(buf)  # a long word (a path, a URL) crosses the budget: its first chars decide
+        else:
+            return None  # the word that crosses the budget is not complete yet
+        gaps = _gaps(buf, end)
+        best = self._best_gap(buf, [g for g in gaps if g[0] <= limit])
+        if best is not None:
+            return best
+        for p, prev, nxt in _gaps(buf, len(buf)):  # one long token: the first safe gap after it
+            if p > self.max_chars:
+                break
+            if p > limit and self._complete_after(buf, p) and safe_gap(self._ctx + buf, len(self._ctx) + p,
+                                                                       prev, nxt):
+                return p
+        return None
+
+    @staticmethod
+    def _complete_after(buf: str, p: int) -> bool:
+        return _COMPLETE_WORD.match(buf, p) is not None
+
+    def _best_gap(self, buf: str, gaps: list[tuple[int, str, str]]) -> int | None:
+        """Latest natural safe gap leaving enough words (``min_first_words`` for the first chunk,
+        ``min_words`` later), else the latest safe gap with that many, else the latest safe gap."""
+        ctx, off = self._ctx + buf, len(self._ctx)
+        need = self.min_first_words if self._first else self.min_words
+        safe = [(p, prev, nxt) for p, prev, nxt in gaps if safe_gap(ctx, off + p, prev, nxt)]
+        enough = [g for g in safe if _count_words(buf[:g[0]]) >= need]
+        natural = [g for g in enough if natural_gap(g[1], g[2])]
+        for group in (natural, enough, safe):
+            if group:
+                return group[-1][0]
+        return None
+
     def _forced_cut(self) -> int:
+        """Where to cut a buffer that has no boundary within ``max_chars``: the best safe gap
+        within it (judged on the first ``max_chars + 16`` characters only, so the cut does not
+        depend on how much text has arrived), else the last whitespace, else ``max_chars``."""
         buf = self._buf
+        view = buf[:self.max_chars + _LOOKAHEAD + 1]
+        gaps = [g for g in _gaps(view, len(view)) if g[0] <= self.max_chars]
+        best = self._best_gap(view, gaps)
+        if best is not None:
+            return best
         first_text = len(buf) - len(buf.lstrip())
         for i in range(min(self.max_chars, len(buf) - 1), first_text, -1):
             if buf[i].isspace():
@@ -180,8 +291,14 @@ class SpeakableChunker:
         ch = buf[i]
         if ch == "\n":
             return (_SENTENCE, i) if i > 0 else None
+        if ch in " \t":
+            return self._before_marker(buf, i)
         if ch in ",;:":
-            return self._after(buf, i + 1, _CLAUSE)
+            res = self._after(buf, i + 1, _CLAUSE)
+            if ch == "," and isinstance(res, tuple):
+                inside = date_comma(self._ctx + buf, len(self._ctx) + i)
+                return _PENDING if inside is None else (None if inside else res)
+            return res
         if ch in "-–—":
             return self._dash(buf, i)
         if ch not in ".!?…":
@@ -194,7 +311,11 @@ class SpeakableChunker:
         run = buf[i:j]
         ellipsis = "…" in run or run.count(".") >= 2
         if run == "." and self._no_split_before(buf, i):
-            return None
+            if buf[:i].split()[-1].lower() not in ("a.m", "p.m"):
+                return None
+            nxt = self._next_word(buf, j)  # "at 9 a.m. Then ..." ends a sentence
+            if nxt is _PENDING or nxt not in FUNCTION_WORDS:
+                return nxt if nxt is _PENDING else None
         if run == "." and buf[:i].split()[-1:] == ["No"]:
             # "No. 5" is an abbreviation, "No. I won't" is a sentence.
             nxt = self._next_visible(buf, j)
@@ -202,7 +323,7 @@ class SpeakableChunker:
                 return _PENDING
             if isinstance(nxt, str) and (nxt.isdigit() or nxt == "#"):
                 return None
-        if run == "." and self._list_marker(buf, i):
+        if run == "." and self._list_marker(buf, i) is not None:
             return None
         res = self._after(buf, j, _SENTENCE)
         if not ellipsis or res is None or res is _PENDING:
@@ -211,6 +332,30 @@ class SpeakableChunker:
         if nxt is _PENDING:
             return _PENDING
         return res if (nxt is not None and nxt.isupper()) else (_CLAUSE, res[1])  # type: ignore[index]
+
+    def _before_marker(self, buf: str, i: int) -> tuple[int, int] | object | None:
+        """A sentence boundary at the gap before an inline list marker ("1. Pickup 2. Delivery")."""
+        if i == 0 or buf[i - 1].isspace():
+            return None
+        j = i
+        while j < len(buf) and buf[j] in " \t":
+            j += 1
+        if j < len(buf) and buf[j] == "\n":
+            return None  # the newline is the boundary
+        if j == len(buf) or marker_pending(buf, j):
+            return _PENDING
+        if not buf[j].isdigit():
+            return None
+        return (_SENTENCE, i) if list_marker(self._ctx + buf, len(self._ctx) + j) is not None else None
+
+    def _list_marker(self, buf: str, i: int) -> int | None:
+        """The list number if the "." / ")" at ``i`` ends a list marker such as "1." or "12)"."""
+        k = i
+        while k > 0 and buf[k - 1].isdigit():
+            k -= 1
+        if k == i or i + 1 >= len(buf):
+            return None
+        return list_marker(self._ctx + buf, len(self._ctx) + k)
 
     @staticmethod
     def _after(buf: str, j: int, kind: int) -> tuple[int, int] | object | None:
@@ -234,6 +379,15 @@ class SpeakableChunker:
         return buf[j] if j < len(buf) else _PENDING
 
     @staticmethod
+    def _next_word(buf: str, j: int) -> str | object | None:
+        """The word after ``j`` once it has ended (``_PENDING`` before), or its first 13
+        characters (longer than any sentence-starting word, so the verdict is the same)."""
+        m = _NEXT_WORD.match(buf, j)
+        if m.end() == len(buf) and len(m.group(1)) < 13:  # type: ignore[union-attr]
+            return _PENDING
+        return m.group(1)  # type: ignore[union-attr]
+
+    @staticmethod
     def _dash(buf: str, i: int) -> tuple[int, int] | object | None:
         prev = buf[i - 1] if i > 0 else "\n"
         if prev == " " and i > 1 and not buf[i - 2].isspace():
@@ -250,19 +404,4 @@ class SpeakableChunker:
         head = buf[:i].split()
         if not head or buf[i - 1].isspace():
             return False
-        tok = head[-1].lstrip(_OPEN_STRIP)
-        if tok in _ABBREV_CASED or tok.lower() in _ABBREV_LOWER or _DOTTED.match(tok):
-            return True
-        return len(tok) == 1 and tok.isupper()
-
-    def _list_marker(self, buf: str, i: int) -> bool:
-        """True for "1." / "12." standing alone at the start of a line."""
-        k = i
-        while k > 0 and buf[k - 1].isdigit():
-            k -= 1
-        if k == i:
-            return False
-        line_start = buf.rfind("\n", 0, k) + 1
-        if buf[line_start:k].strip(" \t"):
-            return False
-        return line_start > 0 or (self._first and not buf[:k].strip())
+        return is_abbrev(head[-1])

@@ -11,8 +11,12 @@ segment             ends at                                  means
 ==================  =======================================  ================================
 endpointing         ``eot_decided``                          waiting to decide the turn ended
 transcription       ``transcript_final``                     STT lag after the decision
+tool_choice         last ``tool_start`` before first speech  the LLM deciding and writing a
+                                                             tool call (its request until the
+                                                             call is complete)
 tools               last ``tool_end`` before first speech    tool calls on the path
-llm_ttft            ``llm_first_token`` (if it fed speech)   LLM time to first token
+llm_ttft            last ``llm_first_token`` before first    LLM time to first token of the
+                    speech                                   step that spoke
 first_text          ``first_speakable_text``                 text until a speakable chunk
 tts_ttfb            first ``tts_first_audio``                TTS time to first audio
 audio_out           ``first_audio_out``                      hand-off to the transport
@@ -30,13 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import (FALLBACK_ACTIONS, AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
+from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
                      event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
-SEGMENTS = ("endpointing", "transcription", "tools", "llm_ttft", "first_text", "tts_ttfb",
-            "audio_out", "playout", "lead_silence")
+SEGMENTS = ("endpointing", "transcription", "tool_choice", "tools", "llm_ttft", "first_text",
+            "tts_ttfb", "audio_out", "playout", "lead_silence")
 
 
 @dataclass
@@ -54,6 +58,7 @@ class TurnRecord:
     transcript: str = ""
     heard_text: str = ""
     recoveries: list[dict[str, Any]] = field(default_factory=list)
+    llm_first_tokens: list[float] = field(default_factory=list)  # every LLM request's first token
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -64,12 +69,14 @@ class TurnRecord:
         speak = s.get("first_speakable_text", end)
         tool_ends = [t["end_ms"] for t in self.tools if t.get("end_ms") is not None
                      and t["end_ms"] <= speak]
-        llm = s.get("llm_first_token")
+        tool_starts = [t["start_ms"] for t in self.tools if t["start_ms"] <= speak]
+        firsts = [t for t in self.llm_first_tokens if t <= speak]
         points = [
             ("endpointing", s.get("eot_decided")),
             ("transcription", s.get("transcript_final")),
+            ("tool_choice", max(tool_starts) if tool_starts else None),
             ("tools", max(tool_ends) if tool_ends else None),
-            ("llm_ttft", llm if llm is not None and llm <= speak else None),
+            ("llm_ttft", max(firsts) if firsts else None),
             ("first_text", s.get("first_speakable_text")),
             ("tts_ttfb", s.get("tts_first_audio")),
             ("audio_out", s.get("first_audio_out")),
@@ -159,7 +166,7 @@ class Timeline:
             rec = self.turn(event.turn_id)
             rec.recoveries.append({"stage": event.stage, "action": event.action,
                                    "reason": event.reason, "t_ms": event.t_ms})
-            if rec.status == "completed" and event.action not in FALLBACK_ACTIONS:
+            if rec.status == "completed":
                 rec.status = "recovered"
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
@@ -181,6 +188,8 @@ class Timeline:
                 for t in reversed(rec.tools):
                     if t["name"] == b.data.get("name") and t["end_ms"] is None:
                         t["end_ms"] = b.t_ms
+                        if b.data.get("error"):
+                            t["error"] = b.data["error"]
                         break
         elif b.name in ("tts_request", "tts_first_audio"):
             idx = int(b.data.get("chunk", 0))
@@ -190,6 +199,8 @@ class Timeline:
         elif b.name == "stall":
             rec.stalls.append((b.t_ms, float(b.data.get("duration_ms", 0.0))))
             return
+        elif b.name == "llm_first_token":
+            rec.llm_first_tokens.append(b.t_ms)
         elif b.name == "transcript_final":
             rec.transcript = str(b.data.get("text", ""))
         if b.estimated and b.name in rec.stamps and b.name not in rec.estimated:

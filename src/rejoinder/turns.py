@@ -171,6 +171,8 @@ class TurnTaker:
             self.state = State.USER_SPEAKING
             return []
         if self.state is State.THINKING:
+            if self.turn_id == 0:  # the caller spoke before the greeting was heard: drop it
+                return [CancelReply(0, "barge_in"), *self._open(at_ms)]
             self.state = State.USER_SPEAKING
             return [CancelReply(self.turn_id, "reopen")]
         if self.state is State.SPEAKING:
@@ -275,6 +277,15 @@ class TurnTaker:
             if self._speech_since is not None:  # caller already talking over it
                 return self.speech_continues(now)
         return []
+
+    def agent_initiates(self) -> bool:
+        """The agent speaks first (a greeting, before any caller turn): True when it may, i.e.
+        nothing has happened yet; the greeting is then "turn 0" and the caller can talk over it
+        (hold, backchannel, barge-in) like over any reply."""
+        if self.state is State.LISTENING and self.turn_id == 0:
+            self.state = State.THINKING
+            return True
+        return False
 
     def agent_done(self, turn_id: int, now: float) -> list[Action]:
         """The reply of ``turn_id`` finished (or failed) without being cut."""

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from fakes import AmplitudeVAD, ScriptedApp, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS, tone
+from fakes import (AmplitudeVAD, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS, lookup, scripted_agent,
+                   tone)
 from rejoinder.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.session import Stack
@@ -112,8 +113,7 @@ class FakeAgent:
             raise RuntimeError("model server went away")
         clock = VirtualClock()
         stack = Stack(vad=AmplitudeVAD(), turn=ScriptedTurn(clock), stt=ScriptedSTT(clock, ["Check order 4217."]),
-                      llm=ScriptedLLM(clock, [" and", " arrives", " Friday."]), tts=ToneTTS(clock))
-        app = ScriptedApp()
-        res = await run_call(turns, stack, app, out_dir=out_dir, clock=clock, call_id=call_id, tail_ms=tail_ms)
-        res.app = app
-        return res
+                      llm=ScriptedLLM(clock, ["Order", " 4217", " has", " shipped."], calls=lookup()),
+                      tts=ToneTTS(clock))
+        return await run_call(turns, stack, scripted_agent(), out_dir=out_dir, clock=clock,
+                              call_id=call_id, tail_ms=tail_ms)

@@ -21,8 +21,14 @@ def run(*args, store=None):
 
 @pytest.fixture
 def fake_agent(monkeypatch):
-    import rejoinder.agent
-    monkeypatch.setattr(rejoinder.agent, "Agent", lambda cfg: FakeAgent())
+    import rejoinder.runtime
+
+    class FakeRuntime(FakeAgent):
+        def __init__(self, cfg):
+            super().__init__()
+            from rejoinder.agent import load_agent
+            self.agent = load_agent(cfg.agent)
+    monkeypatch.setattr(rejoinder.runtime, "Runtime", FakeRuntime)
 
 
 def test_bench_json_summary_and_store(tmp_path, fake_agent):

@@ -2,7 +2,7 @@
 and a Piper-vs-espeak comparison that must point at the TTS segment.
 
 Kept short (one 3-turn real-speech scenario, 1–2 calls at once); the full 3-level sweep of the
-bundled suite is a benchmark: ``bench/sweep.py``.
+bundled suite is a benchmark: ``rejoinder bench --concurrency 1,2,4``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rejoinder.adapters.registry")
 REJOINDER = [sys.executable, "-m", "rejoinder.cli"]
 SCENARIO = "order-digits-real"  # real speech: Asterisk prompts (Allison Smith, CC-BY-SA-3.0)
 
@@ -75,4 +74,4 @@ def test_compare_piper_vs_espeak_points_at_tts(runs):
     assert all(r["diff"] < 0 for r in tts_rows), tts_rows  # espeak answers faster than Piper
     assert any("tts_ttfb" in lv["real"] for lv in pooled.values()), res["levels"]
     for lv in pooled.values():  # Piper's leading silence (≈ 40 ms) is its own segment
-        assert set(lv["real"]) <= {"v2v", "tts_ttfb", "lead_silence"}, lv["rows"]
+        assert set(lv["real"]) <= {"v2v", "time_to_answer", "tts_ttfb", "lead_silence"}, lv["rows"]

@@ -10,8 +10,9 @@ from rejoinder.scenario import Scenario
 from rejoinder.timeline import TurnRecord
 
 
-def rec(turn_id, eot, *, pb=None, end=None, cut=None, tools=(), heard="", usend=None):
+def rec(turn_id, eot, *, pb=None, end=None, cut=None, tools=(), heard="", usend=None, said=""):
     r = TurnRecord(turn_id)
+    r.transcript = said
     r.stamps["eot_decided"] = eot
     if usend is not None:
         r.stamps["user_speech_end"] = usend
@@ -22,7 +23,7 @@ def rec(turn_id, eot, *, pb=None, end=None, cut=None, tools=(), heard="", usend=
     if cut is not None:
         r.stamps["interrupted_at"] = cut
         r.status = "interrupted"
-    r.tools = [{"name": n, "args": a} for n, a in tools]
+    r.tools = [{"name": t[0], "args": t[1], **({"error": t[2]} if len(t) > 2 else {})} for t in tools]
     r.heard_text = heard
     return r
 
@@ -33,8 +34,8 @@ def scenario(**kw) -> Scenario:
     return Scenario.model_validate(base)
 
 
-def result(turns, app=None, error=None):
-    return SimpleNamespace(turns=turns, error=error, app=app)
+def result(turns, state=None, error=None):
+    return SimpleNamespace(turns=turns, error=error, final_state=state)
 
 
 TRUTH = [(0, 500.0, 1500.0), (1, 4000.0, 5000.0)]
@@ -66,7 +67,43 @@ def test_a_tool_in_another_turn_does_not_count():
     sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {"tools": [{"name": "lookup_order"}]}},
                          {"audio": [{"silence_ms": 1}]}])
     v = evaluate(sc, result([rec(1, 1800), rec(2, 5200, tools=[("lookup_order", {})])]), TRUTH)
-    assert v.failures == ["caller turn 1: expected lookup_order({}), got no tool"]
+    assert v.failures == ["caller turn 1: expected lookup_order({}), got no tool (transcript: '')"]
+    assert v.causes == ["no tool"]
+
+
+def test_each_failure_is_attributed_to_its_cause():
+    sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {
+        "tools": [{"name": "lookup_order", "args": {"order_id": "4217"}}],
+        "reply_contains": ["shipped"], "v2v_budget_ms": 800}}])
+
+    def causes(**kw):
+        kw.setdefault("said", "Where is order 4217?")
+        kw.setdefault("pb", 2000)
+        return evaluate(sc, result([rec(1, 1800, usend=1500, **kw)]), TRUTH[:1]).causes
+
+    # the recogniser lost the number: the LLM never had a chance
+    assert causes(said="Where is order 42 17 please", tools=[("lookup_order", {"order_id": "4217"})],
+                  heard="It has shipped.") == []  # "42 17" still holds the digits in order
+    assert causes(said="Where is order 217?", heard="Which order?")[:1] == ["recognition error"]
+    assert causes(tools=[("list_appointments", {})], heard="You have a haircut.") == [
+        "wrong tool", "wrong tool"]
+    assert causes(tools=[("lookup_order", {"order_id": "4271"})], heard="Order 4271 has shipped.") == [
+        "wrong argument"]
+    assert causes(tools=[("lookup_order", {"order_id": "4217"}, "database down")],
+                  heard="Sorry.") == ["tool failed", "tool failed"]
+    assert causes(tools=[("lookup_order", {"order_id": "4217"})], heard="It is on its way.") == ["not said"]
+    assert causes(heard="", pb=None)[:1] == ["no tool"] and "timeout" in causes(heard="", pb=None)
+    late = evaluate(sc, result([rec(1, 1800, usend=1500, pb=2600, said="order 4217",
+                                    tools=[("lookup_order", {"order_id": "4217"})], heard="shipped")]),
+                    TRUTH[:1])
+    assert late.causes == ["timeout"]
+
+
+def test_reply_excludes_catches_a_leak():
+    sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {"reply_excludes": ["coffee grinder"]}}])
+    assert evaluate(sc, result([rec(1, 1800, heard="I can't share that order.")]), TRUTH[:1]).success
+    v = evaluate(sc, result([rec(1, 1800, heard="Order 3388, a coffee grinder, was delivered.")]), TRUTH[:1])
+    assert v.causes == ["leak"]
 
 
 def test_interrupts_true_and_false():
@@ -102,15 +139,19 @@ def test_final_db_against_the_real_database(tmp_path):
     conn = fresh_demo_db(tmp_path / "demo.sqlite")
     sc = scenario(final_db={"appointments": {101: {"slot": "2026-12-10T14:00", "status": "booked"}},
                             "orders": {"4217": {"status": "shipped"}, "0000": {"status": "x"}}})
-    v = evaluate(sc, result([], app=SimpleNamespace(conn=conn)), [])
+    from rejoinder.app.support import final_state
+    from rejoinder.tools import CallContext
+    ctx = CallContext("c", state={"db": conn})
+    v = evaluate(sc, result([], final_state(ctx)), [])
     assert v.failures == [
         "final_db: appointments 101 has {'slot': '2026-12-08T10:00'}, expected {'slot': '2026-12-10T14:00'}",
         "final_db: orders 0000 does not exist"]
+    assert v.causes == ["state", "state"]
     conn.execute("UPDATE appointments SET slot = '2026-12-10T14:00' WHERE id = 101")
-    v = evaluate(sc, result([], app=SimpleNamespace(conn=conn)), [])
+    v = evaluate(sc, result([], final_state(ctx)), [])
     assert v.failures == ["final_db: orders 0000 does not exist"]
-    v = evaluate(sc, result([], app=None), [])
-    assert "final_db: the application has no database to check" in v.failures
+    v = evaluate(sc, result([], None), [])
+    assert any("reported no final state" in f for f in v.failures)
 
 
 def test_a_failed_call_fails_the_task():

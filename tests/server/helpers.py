@@ -22,7 +22,8 @@ from rejoinder.server.app import ServerConfig, create_app
 from rejoinder.session import Stack
 from rejoinder.turns import TurnPolicy
 
-from fakes import AmplitudeVAD, ScriptedApp, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS
+from fakes import AmplitudeVAD, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS, scripted_agent
+from rejoinder.tools import CallContext
 
 TOKEN = "test-token-123456"
 
@@ -33,9 +34,11 @@ class FakeProvider:
     def __init__(self, texts=("Check order 4217.",), tokens=None, stt_ms=150.0) -> None:
         self.policy = TurnPolicy()
         self.texts = list(texts)
-        self.tokens = tokens or [" and", " it", " arrives", " Friday."]
+        self.tokens = tokens or ["Order", " 4217", " has", " shipped", " and", " it", " arrives", " Friday."]
         self.stt_ms = stt_ms
-        self.apps: list[ScriptedApp] = []
+        self.agent = scripted_agent()
+        self.opened: list[CallContext] = []
+        self.closed: list[CallContext] = []
 
     async def warmup(self) -> None:
         pass
@@ -47,10 +50,16 @@ class FakeProvider:
                      llm=ScriptedLLM(clock, self.tokens, ttft_ms=100.0),
                      tts=ToneTTS(clock, ttfb_ms=60.0))
 
-    def new_app(self, caller_phone, call_id):
-        app = ScriptedApp()
-        self.apps.append(app)
-        return app
+    def session_options(self) -> dict:
+        return {}
+
+    async def open_call(self, call_id, caller_id) -> CallContext:
+        ctx = CallContext(call_id, caller_id)
+        self.opened.append(ctx)
+        return ctx
+
+    async def close_call(self, ctx) -> None:
+        self.closed.append(ctx)
 
 
 class ServerThread:
@@ -219,9 +228,10 @@ def read_timeline(folder: Path) -> tuple[list[dict], dict]:
 
 ASTERISK = Path("/usr/share/asterisk/sounds/en")
 # (start ms, prompts) — real speech (Asterisk prompts, voice Allison Smith, CC-BY-SA-3.0)
-CALLER_SCRIPT = [(1500, ["hello"]), (9000, ["digits/4", "digits/2", "digits/1", "digits/7"]),
-                 (19000, ["auth-thankyou"])]
-CALLER_END_MS = 26000
+# the caller speaks after the agent's greeting (≈ 4 s), then leaves room for each answer
+CALLER_SCRIPT = [(6000, ["hello"]), (13000, ["digits/4", "digits/2", "digits/1", "digits/7"]),
+                 (23000, ["auth-thankyou"])]
+CALLER_END_MS = 30000
 
 
 def speech_wav(path: Path, script=CALLER_SCRIPT, end_ms: float = CALLER_END_MS,

@@ -15,19 +15,19 @@ import pytest
 from chromium import COUNT_COLOURS_JS, Chromium, chromium_available, png_size
 from helpers import CALLER_END_MS, TOKEN, ServerThread, health, speech_wav
 
-pytestmark = pytest.mark.skipif(not chromium_available(), reason="Debian chromium is not installed")
+
+@pytest.fixture(autouse=True)
+def _needs_chromium():
+    assert chromium_available(), "Debian chromium is not installed: run scripts/setup.sh"
 
 COLOURS = {"endpointing": (0x7a, 0x5c, 0xb8), "transcription": (0x3b, 0x6f, 0xb6),
            "tts_ttfb": (0x2f, 0x8f, 0x5b), "playout": (0x1f, 0x8f, 0xa8)}
 
 
 def _real_provider():
-    try:
-        from rejoinder.agent import Agent
-        from rejoinder.server.app import AgentProvider
-    except ImportError as exc:  # the embedded stack is not installed
-        pytest.skip(f"embedded stack unavailable: {exc}")
-    return AgentProvider(Agent())
+    from rejoinder.runtime import Runtime
+    from rejoinder.server.app import AgentProvider
+    return AgentProvider(Runtime())
 
 
 def truth_aligned_v2v(call_dir, truth, turns) -> list[float]:
@@ -59,8 +59,7 @@ async def test_browser_call_real_stack(tmp_path):
             if health(srv)["models"] != "loading":
                 break
             await asyncio.sleep(0.2)
-        if health(srv)["models"] != "ready":
-            pytest.skip("the embedded models did not load")
+        assert health(srv)["models"] == "ready", "the embedded models did not load"
         async with Chromium(f"http://{srv.base}/?autostart=1#token={TOKEN}", wav) as br:
             t0 = time.monotonic()
             while not (await br.js("window.rejoinder && window.rejoinder.callId")):

@@ -157,13 +157,10 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
         rec.update(duration_ms=round(res.duration_ms, 1), caller_cpu_s=round(res.caller_cpu_s, 4),
                    success=verdict.success, checks=verdict.checks, failures=verdict.failures,
                    error=res.error, transcript=transcript_text(res.transcript),
-                   extra={"cues": caller.cues if caller else [],
+                   extra={"cues": caller.cues if caller else [], "causes": verdict.causes,
                           "truth": [list(t) for t in truth],
                           "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
                           "control": res.control_metrics()})
-        conn = getattr(getattr(res, "app", None), "conn", None)
-        if conn is not None:
-            conn.close()
     except Exception as exc:  # noqa: BLE001 — overload and crashes become data, not a dead sweep
         reason = "timed out" if isinstance(exc, (asyncio.TimeoutError, TimeoutError)) else repr(exc)
         rec.update(duration_ms=round(1000.0 * (time.perf_counter() - t0) - offset_ms, 1), caller_cpu_s=None,

@@ -14,24 +14,22 @@ from typing import Any, Optional
 
 import typer
 from rich import box
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..cliout import console, error, table_console
+from ..cliout import plain
 from ..errors import RejoinderError
 
-err = Console(stderr=True)
-out = Console()
-if not out.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-    out = Console(width=132)
+err = console(stderr=True)
+out = table_console()  # tables fit the terminal; piped or captured: 132 columns, not 80
 
 STORE_OPT = typer.Option(None, "--store", envvar="REJOINDER_STORE",
                          help="run store file (default: runs.sqlite in the user data directory)")
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False, markup=True)
+    error(err, exc)
     raise typer.Exit(2)
 
 
@@ -62,9 +60,11 @@ def _levels(text: str) -> list[int]:
 def print_summary(summary: dict[str, Any]) -> None:
     """Two compact tables (latency; resources) per concurrency level, then capacity and failures."""
     from ..timeline import SEGMENTS
-    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency (ms) by N calls at once",
+    lat = Table(title=f"run {summary['run_id']}: voice-to-voice latency and time to answer (ms) by N "
+                "calls at once",
                 box=box.SIMPLE_HEAD)
-    for h in ("N", "turns", "p50", "p90", "p95", "p99", "largest seg.", "stalls", "tasks ok"):
+    for h in ("N", "turns", "p50", "p90", "p95", "p99", "answer p50", "p95 ", "largest seg.", "stalls",
+              "tasks ok"):
         lat.add_column(h, justify="left" if h == "largest seg." else "right")
     res = Table(title="resources (CPU% of one core = 100)", box=box.SIMPLE_HEAD)
     for h in ("N", "calls", "wall s", "CPU%", "machine busy%", "RSS peak MB", "callers' CPU", "loop lag p99"):
@@ -73,8 +73,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         v, r = lv["v2v_ms"], lv.get("resources") or {}
         largest = max(SEGMENTS, key=lambda sname: lv["segments"][sname]["p50"] or 0.0)
         ok = lv["task_success_rate"]
+        tta = lv.get("time_to_answer_ms") or {}
         lat.add_row(str(lv["concurrency"]), str(lv["turns"].get("answered", 0)), *(_f(v[q]) for q in
-                    ("p50", "p90", "p95", "p99")), largest,
+                    ("p50", "p90", "p95", "p99")), _f(tta.get("p50")), _f(tta.get("p95")), largest,
                     f"{lv['stalls']['count']}/{lv['stalls']['total_ms']:.0f}ms",
                     "—" if ok is None else f"{100 * ok:.0f}%")
         share = r.get("caller_cpu_share")
@@ -111,13 +112,21 @@ def print_summary(summary: dict[str, Any]) -> None:
             fails[name] = fails.get(name, 0) + ts["n"] - ts["ok"]
     bad = {k: v for k, v in fails.items() if v}
     if bad:
-        out.print("failed tasks: " + ", ".join(f"{k} ×{v}" for k, v in bad.items())
-                  + "  (see `rejoinder runs show` / the report)")
+        causes: dict[str, dict[str, int]] = {}
+        for lv in summary["levels"]:
+            for name, cs in (lv.get("failure_causes") or {}).items():
+                for cause, n in cs.items():
+                    causes.setdefault(name, {})[cause] = causes.get(name, {}).get(cause, 0) + n
+        out.print(plain("failed tasks: " + ", ".join(
+            f"{k} ×{v}" + (" (" + ", ".join(f"{c} ×{n}" for c, n in causes.get(k, {}).items()) + ")"
+                           if causes.get(k) else "") for k, v in bad.items())
+            + "  (see `rejoinder runs show` / the report)"))
 
 
 def register(app: typer.Typer) -> None:
     """Add the harness commands to ``app``."""
-    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True)
+    runs = typer.Typer(help="Browse, search, annotate and compare stored runs.", no_args_is_help=True,
+                       rich_markup_mode=None)
     app.add_typer(runs, name="runs")
 
     @app.command()
@@ -126,9 +135,11 @@ def register(app: typer.Typer) -> None:
               concurrency: str = typer.Option("1,2,4", help="comma-separated levels: calls at once"),
               repeat: int = typer.Option(1, min=1, help="times each worker plays the suite per level"),
               scenarios: Optional[str] = typer.Option(None, help="only these scenario names (comma-separated)"),
-              config: Optional[Path] = typer.Option(None, help="agent config YAML"),
+              agent: Optional[str] = typer.Option(None, help="the agent: YAML file, module:attribute "
+                                                  "or bundled name (default: support)"),
+              config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
-              llm: Optional[str] = typer.Option(None, help="LLM adapter"),
+              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               hosting: Optional[str] = typer.Option(None, help="hosting-arrangement label"),
               network: Optional[str] = typer.Option(None, help="network-profile label"),
               note: Optional[str] = typer.Option(None, help="free-text note stored with the run"),
@@ -151,14 +162,10 @@ def register(app: typer.Typer) -> None:
         from .summary import run_summary
         levels = _levels(concurrency)
         try:
-            from ..agent import Agent
             from ..config import load_config
+            from ..runtime import Runtime
             label, scs = load_suite(suite, [s for s in (scenarios or "").split(",") if s] or None)
-            cfg = load_config(config)
-            if tts:
-                cfg.stack.tts = tts
-            if llm:
-                cfg.stack.llm = llm
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
             if hosting:
                 cfg.hosting = hosting
             if network:
@@ -167,17 +174,21 @@ def register(app: typer.Typer) -> None:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)
                 cfg.faults, cfg.fault_seed = faults, fault_seed
+            from ..adapters.registry import validate
+            validate(cfg.stack)
+            runtime = Runtime(cfg)
             st = _open(store)
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
-        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label)
+        conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
+                                 agent=runtime.agent)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
         if note:
             st.add_note(run_id, note)
         total = sum(levels) * len(scs) * repeat
         err.print(f"run [bold]{run_id}[/] · {len(scs)} scenario(s) × levels {levels} × {repeat} → {total} calls "
-                  f"· store {st.path}")
+                  f"· store {plain(st.path)}")
         failed = 0
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err) as progress:
@@ -193,7 +204,7 @@ def register(app: typer.Typer) -> None:
                                 artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio,
                                 call_timeout_s=call_timeout)
             try:
-                status = asyncio.run(run_bench(Agent(cfg), scs, st, run_id, opts))
+                status = asyncio.run(run_bench(runtime, scs, st, run_id, opts))
             except KeyboardInterrupt:
                 err.print(f"[yellow]interrupted[/]: every finished call of run {run_id} is stored")
                 raise typer.Exit(130)
@@ -202,13 +213,13 @@ def register(app: typer.Typer) -> None:
         summary = run_summary(st, run_id)
         if report:
             from .report import write_report
-            err.print(f"report: {write_report(st, run_id, report)}")
+            err.print(f"report: {plain(write_report(st, run_id, report))}")
         if json_out:
             print(json.dumps(summary, indent=2, default=str))
         else:
             print_summary(summary)
-        err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder report {run_id}{_store_flag(store)}` "
-                  "for the plots")
+        err.print(f"stored as run [bold]{run_id}[/] ({status}); "
+                  f"`rejoinder report {run_id}{plain(_store_flag(store))}` for the plots")
 
     @runs.command("list")
     def runs_list(limit: int = typer.Option(20, help="newest N runs"), store: Optional[Path] = STORE_OPT,
@@ -249,16 +260,16 @@ def register(app: typer.Typer) -> None:
         c = info["conditions"]
         code = c.get("code", {})
         out.print(f"[bold]{info['id']}[/] {info['status']} · {info['started_at']} → {info.get('ended_at')}\n"
-                  f"command: {escape(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
+                  f"command: {plain(str(info.get('command')))}\ncode: {code.get('commit')} dirty={code.get('dirty')} "
                   f"rejoinder {code.get('rejoinder')} · hosting {c.get('hosting')} · network {c.get('network')}\n"
                   f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
                   f" · stack: {_stack_names((c.get('config') or {}).get('stack') or {})}")
         print_summary(summary)
         for n in info["notes"]:
-            out.print(f"note {n['at'][:19]}: {escape(n['text'])}")
+            out.print(f"note {n['at'][:19]}: {plain(n['text'])}")
         for call in st.calls(info["id"]):
             for f in call["failures"]:
-                out.print(f"[red]✗[/] {call['concurrency']} at once · {escape(call['scenario'])}: {escape(f)}")
+                out.print(f"[red]✗[/] {call['concurrency']} at once · {plain(call['scenario'])}: {plain(f)}")
 
     @runs.command("search")
     def runs_search(text: str = typer.Argument(..., help='words (all required), or FTS5 syntax: "a phrase", OR, prefix*'),
@@ -272,7 +283,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print(json.dumps(hits, indent=2))
             return
-        t = Table(title=f"search: {text}")
+        t = Table(title=f"search: {plain(text)}")
         for h in ("run", "call", "kind", "match"):
             t.add_column(h, overflow="fold")
         for h in hits:
@@ -288,7 +299,7 @@ def register(app: typer.Typer) -> None:
             st.add_note(run, text)
         except RejoinderError as exc:
             _fail(exc)
-        err.print(f"noted on {st.resolve(run)}")
+        err.print(f"noted on {plain(st.resolve(run))}")
 
     @runs.command("compare")
     def runs_compare(a: str = typer.Argument(..., help="run A (baseline)"), b: str = typer.Argument(..., help="run B"),
@@ -308,7 +319,7 @@ def register(app: typer.Typer) -> None:
             out.print("[bold]conditions that differ[/] (A → B):")
             for d in res["conditions_differ"][:25]:
                 va, vb = (json.dumps(d[k], default=str)[:80] for k in ("a", "b"))
-                out.print(f"  {d['key']}: {va} → {vb}")
+                out.print(plain(f"  {d['key']}: {va} → {vb}"))
         for lv in res["levels"]:
             t = Table(title=f"{res['a']} (A) vs {res['b']} (B) · {lv['concurrency']} call(s) at once · ms")
             for h in ("boundary", "median A", "median B", "Δ B−A", "95% CI", "n A/B", "verdict", "waits on"):
@@ -336,7 +347,7 @@ def register(app: typer.Typer) -> None:
             print_summary(run_summary(st, run))
         except RejoinderError as exc:
             _fail(exc)
-        err.print(f"report: {path.resolve()}")
+        err.print(f"report: {plain(path.resolve())}")
 
     @app.command("scenarios")
     def scenarios_cmd(suite: Optional[str] = typer.Argument(None, help="suite name, folder or file")) -> None:
@@ -346,7 +357,7 @@ def register(app: typer.Typer) -> None:
             label, scs = load_suite(suite)
         except RejoinderError as exc:
             _fail(exc)
-        t = Table(title=f"suite {label}")
+        t = Table(title=f"suite {plain(label)}")
         for h in ("scenario", "turns", "tags", "description"):
             t.add_column(h, overflow="fold")
         for sc in scs:

@@ -26,13 +26,15 @@ from ..timeline import SEGMENTS
 from .conditions import differences
 from .stats import bootstrap_median_diff
 from .store import RunStore
-from .summary import segment_values
+from .summary import segment_values, time_to_answer
 
-BOUNDARIES = ("v2v",) + SEGMENTS
+BOUNDARIES = ("v2v", "time_to_answer") + SEGMENTS
 MEANS = {  # what each critical-path segment waits on (see rejoinder.timeline)
     "v2v": "the whole wait: caller stops → agent audible",
+    "time_to_answer": "caller stops → the LLM's answer audible (after any filler)",
     "endpointing": "deciding the caller's turn is over (VAD, end-of-turn model)",
     "transcription": "STT after the decision",
+    "tool_choice": "the LLM deciding and writing a tool call",
     "tools": "tool calls on the path",
     "llm_ttft": "LLM time to first token",
     "first_text": "text until a speakable chunk",
@@ -46,6 +48,8 @@ MEANS = {  # what each critical-path segment waits on (see rejoinder.timeline)
 def _values(turns: list[dict[str, Any]], name: str) -> list[float]:
     if name == "v2v":
         return [t["v2v_ms"] for t in turns if t["v2v_ms"] is not None]
+    if name == "time_to_answer":
+        return [x for t in turns if t["v2v_ms"] is not None and (x := time_to_answer(t)) is not None]
     return segment_values(turns, name)
 
 

@@ -98,8 +98,10 @@ def file_hash(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repeat: int,
-            suite: str, hosting: str | None = None, network: str | None = None) -> dict[str, Any]:
-    """Everything that defines a run's conditions (JSON-ready)."""
+            suite: str, hosting: str | None = None, network: str | None = None,
+            agent: Any = None) -> dict[str, Any]:
+    """Everything that defines a run's conditions (JSON-ready), including the agent that ran
+    (its name, source, instructions and tools: :meth:`rejoinder.agent.Agent.describe`)."""
     try:
         version = metadata.version("rejoinder")
     except metadata.PackageNotFoundError:
@@ -112,6 +114,7 @@ def collect(cfg: Any, *, concurrency: list[int], scenarios: dict[str, str], repe
         "models": models(cfg),
         "machine": machine(),
         "config": config,
+        "agent": agent.describe() if agent is not None else None,
         "hosting": hosting or getattr(cfg, "hosting", None),
         "network": network or getattr(cfg, "network", None),
         "arrangement": "one process, N concurrent calls as asyncio tasks sharing the loaded models",

@@ -8,7 +8,19 @@ to the cut; a number may be heard as digits or in any way a TTS reads it out), V
 interruption labels, and the application's database at the end of the call.
 
 Every failed check becomes one plain sentence in :attr:`Verdict.failures`; those sentences are
-stored with the run and are searchable (``rejoinder runs search``).
+stored with the run and are searchable (``rejoinder runs search``). Each failure is also
+attributed to a cause (:attr:`Verdict.causes`, one per failure), from what was measured:
+
+* ``recognition error`` — the caller's words an expectation depends on (the expected tool
+  arguments, e.g. an order number) are not in the final transcript: the LLM never had a chance;
+* ``no tool`` / ``wrong tool`` / ``wrong argument`` — the transcript had them, the LLM did not call
+  the expected tool, called another, or called it with other arguments;
+* ``tool failed`` — the expected call was made but returned an error;
+* ``not said`` — the right tool ran but the caller did not hear the expected words (the LLM's
+  wording, or a cut);
+* ``timeout`` — no reply was heard, or it came after the V2V budget;
+* ``interruption`` (barge-in expectations), ``unexpected tool``, ``state`` (final database),
+  ``call failed``.
 """
 
 from __future__ import annotations
@@ -26,6 +38,29 @@ class Verdict:
     checks: int
     failures: list[str] = field(default_factory=list)
     owners: dict[int, int | None] = field(default_factory=dict)  # agent turn id → caller turn index
+    causes: list[str] = field(default_factory=list)  # one per failure (see the module docstring)
+
+
+def _in_transcript(value: Any, transcript: str) -> bool:
+    """Whether ``value`` (an expected argument) was recognised: it, or a spoken form of it,
+    occurs in ``transcript`` (digits may be split by spaces or dashes: "4 2 1 7")."""
+    v = _norm(value)
+    words = _words(transcript)
+    if v.isdigit():
+        return v in re.sub(r"[^0-9]", "", transcript) or any(
+            _words(form) in words for form in _spoken_forms(v))
+    return _words(v) in words
+
+
+def _tool_cause(calls: list[dict[str, Any]], name: str, args: dict[str, Any], transcript: str) -> str:
+    if not all(_in_transcript(v, transcript) for v in args.values()):
+        return "recognition error"
+    same = [c for c in calls if c.get("name") == name]
+    if not calls:
+        return "no tool"
+    if not same:
+        return "wrong tool"
+    return "wrong argument"
 
 
 def _norm(v: Any) -> str:
@@ -91,15 +126,6 @@ def _audible_at(turns: list, t_ms: float):
     return None
 
 
-def db_rows(app: Any) -> dict[str, dict[str, dict[str, Any]]] | None:
-    """The application's final database state with row ids as text, or None without a database."""
-    conn = getattr(app, "conn", None)
-    if conn is None:
-        return None
-    from ..app.db import db_state
-    return {t: {str(k): dict(v) for k, v in rows.items()} for t, rows in db_state(conn).items()}
-
-
 def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
              cues: list[dict] | None = None) -> Verdict:
     """Check ``result`` (a :class:`~rejoinder.callrun.CallResult`) against ``sc``.
@@ -108,13 +134,18 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
     the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`).
     """
     fails: list[str] = []
+    causes: list[str] = []
     checks = 0
+
+    def fail(cause: str, text: str) -> None:
+        causes.append(cause)
+        fails.append(text)
     turns = list(result.turns)
     own = owners(turns, truth)
     cue_at = {c["turn"]: c for c in cues or []}
     checks += 1
     if result.error:
-        fails.append(f"the call failed: {result.error}")
+        fail("call failed", f"the call failed: {result.error}")
     for i, spec in enumerate(sc.turns):
         ex = spec.expect
         mine = [r for r in turns if own.get(r.turn_id) == i]
@@ -122,64 +153,80 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         cue = cue_at.get(i)
         if cue is not None and cue.get("missed") and spec.barge_in_ms is not None:
             checks += 1
-            fails.append(f"{label}: the agent never spoke, so the scripted barge-in could not happen")
-        calls = [t for r in mine for t in r.tools]
+            fail("timeout", f"{label}: the agent never spoke, so the scripted barge-in could not happen")
+        calls = [t for r in mine for t in r.tools if not t.get("compensated")]
+        transcript = " ".join(r.transcript for r in mine)
+        tool_ok = True
         for tool in ex.tools:
             checks += 1
-            if not any(_tool_matches(c, tool.name, tool.args) for c in calls):
+            match = [c for c in calls if _tool_matches(c, tool.name, tool.args)]
+            if not match:
+                tool_ok = False
                 got = ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls) or "no tool"
-                fails.append(f"{label}: expected {tool.name}({tool.args}), got {got}")
+                fail(_tool_cause(calls, tool.name, tool.args, transcript),
+                     f"{label}: expected {tool.name}({tool.args}), got {got} "
+                     f"(transcript: {transcript.strip()!r})")
+            elif all(c.get("error") for c in match):
+                tool_ok = False
+                fail("tool failed", f"{label}: {tool.name}({tool.args}) failed: {match[0]['error']}")
         heard = _words(" ".join(r.heard_text for r in mine))
         for words in ex.reply_contains:
             checks += 1
             if not any(_words(form) in heard for form in _spoken_forms(words)):
-                fails.append(f"{label}: the caller did not hear {words!r} (heard: {heard.strip()!r})")
+                cause = ("timeout" if not any(r.heard_text for r in mine) else
+                         "not said" if tool_ok else causes[-1])
+                fail(cause, f"{label}: the caller did not hear {words!r} (heard: {heard.strip()!r})")
+        for words in ex.reply_excludes:
+            checks += 1
+            if any(_words(form) in heard for form in _spoken_forms(words)):
+                fail("leak", f"{label}: the caller heard {words!r}, which must not be said")
         if ex.v2v_budget_ms is not None:
             checks += 1
             v2v = next((r.v2v_ms() for r in mine if r.v2v_ms() is not None), None)
             if v2v is None:
-                fails.append(f"{label}: no reply was heard (V2V budget {ex.v2v_budget_ms:.0f} ms)")
+                fail("timeout", f"{label}: no reply was heard (V2V budget {ex.v2v_budget_ms:.0f} ms)")
             elif v2v > ex.v2v_budget_ms:
-                fails.append(f"{label}: V2V {v2v:.0f} ms over the budget of {ex.v2v_budget_ms:.0f} ms")
+                fail("timeout", f"{label}: V2V {v2v:.0f} ms over the budget of {ex.v2v_budget_ms:.0f} ms")
         if ex.interrupts is not None:
             checks += 1
             at = cue["at_ms"] if cue is not None else None
             victim = _audible_at(turns, at) if at is not None else None
             if victim is None:
-                fails.append(f"{label}: the agent was not speaking when the caller spoke "
+                fail("interruption", f"{label}: the agent was not speaking when the caller spoke "
                              f"({'at %.0f ms' % at if at is not None else 'turn never played'})")
             else:
                 cut = "interrupted_at" in victim.stamps
                 if ex.interrupts and not cut:
-                    fails.append(f"{label}: expected to cut the agent off, but its reply played on")
+                    fail("interruption", f"{label}: expected to cut the agent off, but its reply played on")
                 elif not ex.interrupts and cut:
-                    fails.append(f"{label}: a {spec.kind} cut the agent off (it should have talked on)")
-    all_calls = [t for r in turns for t in r.tools]
+                    fail("interruption", f"{label}: a {spec.kind} cut the agent off (it should have talked on)")
+    all_calls = [t for r in turns for t in r.tools if not t.get("compensated")]
     if sc.only_expected_tools:
         checks += 1
         allowed = {t.name for spec in sc.turns for t in spec.expect.tools}
         extra = sorted({c.get("name") for c in all_calls} - allowed)
         if extra:
-            fails.append(f"unexpected tool calls: {', '.join(map(str, extra))}")
+            fail("unexpected tool", f"unexpected tool calls: {', '.join(map(str, extra))}")
     if sc.agent_silent:
         checks += 1
         spoke = [r.turn_id for r in turns if "playback_start" in r.stamps]
         if spoke:
-            fails.append(f"the agent spoke (turns {spoke}) but should have stayed silent")
+            fail("spoke", f"the agent spoke (turns {spoke}) but should have stayed silent")
     if sc.final_db:
-        state = db_rows(getattr(result, "app", None))
+        state = getattr(result, "final_state", None)
         for table, rows in sc.final_db.items():
             for row_id, cols in rows.items():
                 checks += 1
-                if state is None:
-                    fails.append("final_db: the application has no database to check")
+                if not isinstance(state, dict):
+                    fail("state", "final_db: the agent reported no final state to check "
+                         "(its report_state hook)")
                     break
                 row = state.get(table, {}).get(str(row_id))
                 if row is None:
-                    fails.append(f"final_db: {table} {row_id} does not exist")
+                    fail("state", f"final_db: {table} {row_id} does not exist")
                     continue
                 bad = {k: row.get(k) for k, v in cols.items() if _norm(row.get(k)) != _norm(v)}
                 if bad:
                     want = {k: cols[k] for k in bad}
-                    fails.append(f"final_db: {table} {row_id} has {bad}, expected {want}")
-    return Verdict(not fails, checks, fails, own)
+                    fail("state", f"final_db: {table} {row_id} has {bad}, expected {want}")
+    return Verdict(not fails, checks, fails, own, causes)

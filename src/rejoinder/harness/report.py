@@ -26,8 +26,8 @@ from .stats import ecdf
 from .store import RunStore
 from .summary import run_summary, segment_values
 
-COLORS = dict(zip(SEGMENTS, ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
-                             "#b07aa1", "#9c755f", "#bab0ac")))
+COLORS = dict(zip(SEGMENTS, ("#4e79a7", "#f28e2b", "#d37295", "#e15759", "#76b7b2", "#59a14f",
+                             "#edc948", "#b07aa1", "#9c755f", "#bab0ac")))
 MAX_WATERFALL_TURNS = 80
 
 

@@ -27,6 +27,14 @@ def segment_values(turns: list[dict[str, Any]], name: str) -> list[float]:
     return [float(t["segments"].get(name, 0.0)) for t in turns if t["v2v_ms"] is not None]
 
 
+def time_to_answer(turn: dict[str, Any]) -> float | None:
+    """A stored turn's time to answer (ms): ``answer_start − user_speech_end``, or None."""
+    b = turn.get("boundaries") or {}
+    if "answer_start" in b and "user_speech_end" in b:
+        return round(b["answer_start"] - b["user_speech_end"], 3)
+    return None
+
+
 def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dict[str, Any]],
                   stats: dict[str, Any] | None) -> dict[str, Any]:
     answered = [t for t in turns if t["v2v_ms"] is not None]
@@ -43,6 +51,7 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "calls": len(calls),
         "turns": dict(statuses),
         "v2v_ms": percentiles(t["v2v_ms"] for t in answered),
+        "time_to_answer_ms": percentiles(x for t in answered if (x := time_to_answer(t)) is not None),
         "segments": {s: {**percentiles(segment_values(answered, s)),
                          "n": sum(1 for t in answered if s in t["segments"])} for s in SEGMENTS},
         "stalls": {"count": sum(t["stalls_n"] for t in turns),
@@ -51,6 +60,7 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "task_success": {name: {"ok": sum(v), "n": len(v), "rate": round(sum(v) / len(v), 3)}
                          for name, v in sorted(by_scn.items())},
         "task_success_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
+        "failure_causes": failure_causes(calls),
         "failed_calls": sum(1 for c in calls if c.get("error")),
         "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
         **control_summary(calls),
@@ -60,6 +70,16 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
                                                        "machine_busy_pct", "rss_start_mb", "rss_peak_mb",
                                                        "caller_cpu_s", "caller_cpu_share", "loop_lag_ms")}
     return out
+
+
+def failure_causes(calls: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per scenario, how many failed checks had each cause (wrong tool, wrong argument,
+    recognition error, timeout, …; :func:`rejoinder.harness.expect.evaluate`)."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for c in calls:
+        for cause in (c.get("extra") or {}).get("causes", []):
+            out[c["scenario"]][cause] += 1
+    return {k: dict(v) for k, v in sorted(out.items())}
 
 
 def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:

@@ -22,7 +22,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketState
 
+from ..agent import Agent
 from ..session import Stack
+from ..tools import CallContext
 from ..turns import TurnPolicy
 from .browser import BrowserLink, read_hello
 from .guard import CallSlots, MessageGuard
@@ -52,50 +54,64 @@ class ServerConfig(BaseModel):
 
 
 class CallProvider(Protocol):
-    """Where calls get their models and application."""
+    """Where calls get their models, their agent and its per-call context."""
 
     policy: TurnPolicy | None
+    agent: Agent
 
     async def warmup(self) -> None: ...
 
     def new_stack(self) -> Stack: ...
 
-    def new_app(self, caller_phone: str | None, call_id: str) -> Any: ...
+    def session_options(self) -> dict[str, Any]: ...
+
+    async def open_call(self, call_id: str, caller_id: str | None) -> CallContext: ...
+
+    async def close_call(self, ctx: CallContext) -> Any: ...
 
 
 def _conditions(provider: Any, cfg: Any) -> dict[str, Any]:
     """The live run's conditions, recorded like a harness run's (versions, models, machine…)."""
-    agent_cfg = getattr(getattr(provider, "agent", None), "cfg", None)
+    runtime = getattr(provider, "runtime", None)
+    agent_cfg = getattr(runtime, "cfg", None)
     if agent_cfg is None:  # a test provider: no agent configuration to describe
         return {"transport": "live", "hosting": getattr(provider, "hosting", "unknown"),
                 "max_calls": cfg.max_calls}
     from ..harness import conditions
     out = conditions.collect(agent_cfg, concurrency=[cfg.max_calls], scenarios={}, repeat=1,
-                             suite="live")
+                             suite="live", agent=runtime.agent)
     out.update(transport="live", max_calls=cfg.max_calls,
                arrangement="one server process, each socket a call sharing the loaded models")
     return out
 
 
 class AgentProvider:
-    """The embedded agent (:class:`rejoinder.agent.Agent`): models shared, one app per call."""
+    """A :class:`~rejoinder.runtime.Runtime`: models shared, one context per call."""
 
-    def __init__(self, agent) -> None:
-        self.agent = agent
-        self.policy = agent.cfg.turns
-        self.hosting = agent.cfg.hosting
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+        self.agent = runtime.agent
+        self.policy = runtime.cfg.turns
+        self.hosting = runtime.cfg.hosting
 
     def describe(self) -> dict[str, Any]:
-        return self.agent.cfg.model_dump(mode="json")
+        return self.runtime.cfg.model_dump(mode="json")
 
     async def warmup(self) -> None:
-        await self.agent.warmup()
+        await self.runtime.warmup()
 
     def new_stack(self) -> Stack:
-        return self.agent.new_stack()
+        return self.runtime.new_stack()
 
-    def new_app(self, caller_phone: str | None, call_id: str) -> Any:
-        return self.agent.new_app(caller_phone, call_id)
+    def session_options(self) -> dict[str, Any]:
+        c = self.runtime.cfg
+        return {"recovery": c.recovery, "filler": c.filler, "preemptive": c.preemptive}
+
+    async def open_call(self, call_id: str, caller_id: str | None) -> CallContext:
+        return await self.runtime.open_call(call_id, caller_id)
+
+    async def close_call(self, ctx: CallContext) -> Any:
+        return await self.runtime.close_call(ctx)
 
 
 class _State:
@@ -184,11 +200,14 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
         except CallEnded as exc:
             await _close(ws, exc, json_errors=browser)
             return
+        ctx = None
         try:
             call_id = uuid.uuid4().hex[:12]
+            ctx = await provider.open_call(call_id, phone)
             call = LiveCall(call_id=call_id, transport=transport, stack=provider.new_stack(),
-                            app=provider.new_app(phone, call_id), policy=provider.policy,
-                            record=state.store.open(call_id, transport), max_call_s=cfg.max_call_s)
+                            agent=provider.agent, ctx=ctx, policy=provider.policy,
+                            record=state.store.open(call_id, transport), max_call_s=cfg.max_call_s,
+                            **provider.session_options())
             log.info("call %s (%s) started", call_id, transport)
             if browser:
                 link = BrowserLink(ws, call, opener, guard)
@@ -207,6 +226,9 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
             await _close(ws, CallEnded(Close.SERVER_ERROR, "server error", error_code="server_error"),
                          json_errors=browser)
         finally:
+            if ctx is not None:
+                with contextlib.suppress(Exception):
+                    await provider.close_call(ctx)
             state.slots.release()
             state.calls_served += 1
 

@@ -21,11 +21,13 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol, Union
 
 import numpy as np
 
+from ..agent import Agent
 from ..clock import RealClock
 from ..events import AgentSpeech, Event, EventBus, TranscriptEvent
 from ..session import LINE_RATE, Session, Stack
 from ..stages import Stamper
 from ..timeline import Timeline
+from ..tools import CallContext
 from ..turns import TurnPolicy
 from .protocol import CallEnded, Close
 from .store import CallRecord
@@ -56,11 +58,13 @@ class Downlink(Protocol):
 class LiveCall:
     """One call. Set :attr:`downlink`, then ``await run(receive, send)``."""
 
-    def __init__(self, *, call_id: str, transport: str, stack: Stack, app: Any,
-                 policy: TurnPolicy | None, record: CallRecord, max_call_s: float,
-                 outbox_max: int = 1500, downstream_lag_ms: float = 100.0) -> None:
+    def __init__(self, *, call_id: str, transport: str, stack: Stack, agent: Agent,
+                 ctx: CallContext, policy: TurnPolicy | None, record: CallRecord,
+                 max_call_s: float, outbox_max: int = 1500, downstream_lag_ms: float = 100.0,
+                 **session_kw: Any) -> None:
         """``downstream_lag_ms``: the client's jitter buffer (60 ms) plus typical output-device
-        latency (≈40 ms reported by Chromium) — audio sent but not yet heard when a reply is cut."""
+        latency (≈40 ms reported by Chromium) — audio sent but not yet heard when a reply is cut.
+        ``session_kw`` (recovery, filler, preemptive) go to the :class:`~rejoinder.session.Session`."""
         self.call_id = call_id
         self.transport = transport
         self.clock = RealClock()
@@ -70,9 +74,10 @@ class LiveCall:
         self.timeline = Timeline(record.timeline_path)
         self.bus.subscribe(self.timeline)
         self.bus.subscribe(self._on_event)
-        self.session = Session(self.st, stack, app, policy=policy, max_seconds=max_call_s + 60.0,
-                               caller_side_playout=False,
-                               downstream_lag_ms=downstream_lag_ms)
+        self.ctx = ctx
+        self.session = Session(self.st, stack, agent, ctx, policy=policy,
+                               max_seconds=max_call_s + 60.0, caller_side_playout=False,
+                               downstream_lag_ms=downstream_lag_ms, **session_kw)
         self.max_call_ms = max_call_s * 1000.0
         self.downlink: Downlink | None = None
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
@@ -128,7 +133,7 @@ class LiveCall:
     def client_stamp(self, name: str, turn_id: int, t_ms: float, **data: Any) -> str | None:
         """Stamp an observed caller-side boundary; returns why it was refused, or None."""
         now = self.clock.now_ms()
-        if not 1 <= turn_id <= self.session.taker.turn_id:
+        if not 0 <= turn_id <= self.session.taker.turn_id:  # 0: the greeting (not measured)
             return f"unknown turn {turn_id}"
         if not -1000.0 <= t_ms <= now + 250.0:
             return f"time {t_ms:.0f} ms is outside the call (now {now:.0f} ms)"
@@ -205,6 +210,7 @@ class LiveCall:
         ``receive`` must raise :class:`CallEnded` when the socket closes.
         """
         try:
+            self.session.greet()
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(receive(), name=f"{self.call_id}:receive")
                 tg.create_task(self._pace(), name=f"{self.call_id}:pace")

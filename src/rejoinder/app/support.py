@@ -1,0 +1,233 @@
+"""The reference application: a phone support assistant for a small business (orders and
+appointments), defined with the public agent API like any user's agent.
+
+The LLM reads the instructions, picks the tools and writes every reply. The tools work on a real
+SQLite database (:mod:`rejoinder.app.db`); each call gets a fresh copy of the demo data
+(``on_call_start``), deleted when the call ends (``on_call_end``). The caller is identified by
+caller ID from the runtime's :class:`~rejoinder.tools.CallContext`, never from the LLM's
+arguments: every tool only sees the identified customer's own orders and appointments, so a
+caller cannot read or change someone else's by saying its number, whatever the LLM decides.
+
+Reversibility: ``lookup_order`` and ``list_appointments`` only read (reversible, nothing to undo);
+``reschedule_appointment`` is reversible (compensated by moving the appointment back);
+``cancel_appointment`` is irreversible, so it never runs before the caller's turn is final.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rejoinder.agent import Agent
+from rejoinder.app import db
+from rejoinder.tools import CallContext, ToolError, tool
+
+BUSINESS = "Maple and Company"
+
+INSTRUCTIONS = (
+    f"You are the phone assistant of {BUSINESS}, a small shop and hair salon. The caller is "
+    "already identified by their phone number. Use the tools to answer: lookup_order when the "
+    "caller gives an order number (a number alone is an order number), list_appointments to see "
+    "their appointments, reschedule_appointment to move one, cancel_appointment to cancel one "
+    "once the caller has confirmed. Reply in one or two short spoken sentences with the facts "
+    "from the tools. Never invent order numbers, dates, times or prices."
+)
+
+
+def _conn(ctx: CallContext):
+    conn = ctx.state.get("db")
+    if conn is None:
+        raise ToolError("the database is not open for this call")
+    return conn
+
+
+def _customer(ctx: CallContext) -> dict[str, Any]:
+    customer = ctx.state.get("customer")
+    if customer is None:
+        raise ToolError("this caller's phone number is not on any account, so I can't look up "
+                        "their orders or appointments")
+    return customer
+
+
+def _digits(text: str) -> str:
+    """"4 2 1 7", "#4217", "four two one seven" → "4217"."""
+    words = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4",
+             "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9"}
+    tokens = re.findall(r"[a-z]+|\d", text.lower())
+    return "".join(words.get(t, t) for t in tokens if t.isdigit() or t in words)
+
+
+@tool(reversible=True, timeout_s=2.0)
+def lookup_order(ctx: CallContext, order_id: str) -> dict[str, Any]:
+    """Look up one of the caller's orders: its item, status and delivery date.
+
+    Args:
+        order_id: the order number the caller gave, digits only, e.g. "4217".
+    """
+    oid = _digits(order_id)
+    customer = _customer(ctx)
+    row = db.order_row(_conn(ctx), oid) if len(oid) == 4 else None
+    if row is None or db.normalize_phone(row["customer_phone"] or "") != db.normalize_phone(customer["phone"]):
+        mine = ", ".join(o["id"] for o in db.orders_of(_conn(ctx), customer["id"])) or "none"
+        raise ToolError(f"the caller has no order {oid or order_id}; their orders are: {mine}")
+    out = {"order_id": row["id"], "item": row["item"], "status": row["status"]}
+    if row["ship_date"]:
+        out["shipped_on"] = db.speak_date(row["ship_date"])
+    if row["arrival_date"] and row["status"] != "cancelled":
+        key = "delivered_on" if row["status"] == "delivered" else "expected_arrival"
+        out[key] = db.speak_date(row["arrival_date"])
+    return out
+
+
+def _appointments(ctx: CallContext) -> list[dict[str, Any]]:
+    customer = _customer(ctx)
+    return [{"appointment_id": a["id"], "service": a["service"], "when": db.speak_slot(a["slot"])}
+            for a in db.appointments_of(_conn(ctx), customer["id"]) if a["status"] == "booked"]
+
+
+@tool(reversible=True, timeout_s=2.0)
+def list_appointments(ctx: CallContext) -> dict[str, Any]:
+    """List the caller's booked appointments (service, day and time)."""
+    return {"appointments": _appointments(ctx)}
+
+
+def _pick(ctx: CallContext, service: str) -> dict[str, Any]:
+    """The caller's booked appointment for ``service`` (or their only one)."""
+    appts = _appointments(ctx)
+    wanted = [a for a in appts if service and service.lower().strip() in a["service"]]
+    if len(wanted) == 1:
+        return wanted[0]
+    if not service and len(appts) == 1:
+        return appts[0]
+    if not appts:
+        raise ToolError("the caller has no booked appointments")
+    listing = "; ".join(f"{a['service']} on {a['when']}" for a in appts)
+    raise ToolError(f"which appointment? the caller has: {listing}")
+
+
+_PARTS_OF_DAY = {"afternoon": (14, 0), "morning": (10, 0), "noon": (12, 0), "midday": (12, 0)}
+
+
+def parse_time(text: str) -> tuple[int, int]:
+    """A time of day as a caller or an LLM writes it: "15:00", "3 pm", "3:30 PM", "3" (an hour
+    without am/pm inside business hours: 1–5 → afternoon), or a part of the day ("morning" →
+    10:00, "afternoon" → 14:00). Raises ValueError otherwise."""
+    for word, hm in _PARTS_OF_DAY.items():
+        if word in (text or "").lower():
+            return hm
+    m = re.fullmatch(r"\s*(\d{1,2})(?:[:.](\d{2}))?\s*([ap])?\.?\s*m?\.?\s*", (text or "").lower())
+    if not m:
+        raise ValueError(f"cannot read the time {text!r}")
+    h, mins, ap = int(m.group(1)), int(m.group(2) or 0), m.group(3)
+    if ap == "p" and h < 12:
+        h += 12
+    elif ap == "a" and h == 12:
+        h = 0
+    elif ap is None and 1 <= h <= 5:
+        h += 12
+    if h > 23 or mins > 59:
+        raise ValueError(f"cannot read the time {text!r}")
+    return h, mins
+
+
+def _undo_reschedule(ctx: CallContext, result: dict[str, Any], **args: Any) -> None:
+    """Put the appointment back where it was, if it still holds the new slot."""
+    previous, new = ctx.state["moves"][result["appointment_id"]].pop()
+    conn = _conn(ctx)
+    with db.transaction(conn):
+        conn.execute("UPDATE appointments SET slot = ? WHERE id = ? AND slot = ?",
+                     (previous, result["appointment_id"], new))
+
+
+@tool(reversible=True, timeout_s=2.0, compensate=_undo_reschedule)
+def reschedule_appointment(ctx: CallContext, day: str, time: str, service: str = "") -> dict[str, Any]:
+    """Move the caller's appointment to another weekday and time (Monday to Friday, 9 AM to 5 PM).
+
+    Args:
+        day: the new weekday, e.g. "Thursday".
+        time: the new start time, e.g. "15:00" or "3 pm".
+        service: which appointment, e.g. "haircut" (optional when the caller has only one).
+    """
+    appt = _pick(ctx, service)
+    try:
+        hh, mm = parse_time(time)
+        slot = db.slot_iso(day, f"{hh:02d}:{mm:02d}")
+    except ValueError as exc:
+        raise ToolError(f"I need a weekday and a time: {exc}") from None
+    spoken = db.speak_slot(slot)
+    if not db.within_hours(slot):
+        raise ToolError(f"{spoken} is outside opening hours (Monday to Friday, 9 AM to 5 PM)")
+    conn = _conn(ctx)
+    with db.transaction(conn):
+        row = conn.execute("SELECT * FROM appointments WHERE id = ?", (appt["appointment_id"],)).fetchone()
+        if row["slot"] == slot:
+            raise ToolError(f"the {row['service']} is already on {spoken}")
+        for other_slot, other_id in db.booked_slots(conn).items():
+            if other_id != row["id"] and db.overlaps(other_slot, slot):
+                raise ToolError(f"{spoken} is already taken")
+        conn.execute("UPDATE appointments SET slot = ? WHERE id = ?", (slot, row["id"]))
+    ctx.state.setdefault("moves", {}).setdefault(row["id"], []).append((row["slot"], slot))
+    return {"appointment_id": row["id"], "service": row["service"],
+            "moved_from": db.speak_slot(row["slot"]), "moved_to": spoken}
+
+
+@tool(reversible=False, timeout_s=2.0)
+def cancel_appointment(ctx: CallContext, service: str = "") -> dict[str, Any]:
+    """Cancel the caller's appointment. Only after the caller has said yes to cancelling it.
+
+    Args:
+        service: which appointment, e.g. "haircut" (optional when the caller has only one).
+    """
+    appt = _pick(ctx, service)
+    conn = _conn(ctx)
+    with db.transaction(conn):
+        conn.execute("UPDATE appointments SET status = 'cancelled' WHERE id = ?", (appt["appointment_id"],))
+    return {"cancelled": appt["service"], "was_on": appt["when"]}
+
+
+# ------------------------------------------------------------------------------------ the call
+
+
+def open_call(ctx: CallContext) -> None:
+    """A fresh copy of the demo database for this call; identify the caller by caller ID."""
+    folder = Path(tempfile.mkdtemp(prefix="rejoinder-call-"))
+    ctx.state["db_dir"] = folder
+    conn = db.fresh_demo_db(folder / "support.sqlite")
+    ctx.state["db"] = conn
+    ctx.state["customer"] = db.customer_by_phone(conn, ctx.caller_id) if ctx.caller_id else None
+
+
+def close_call(ctx: CallContext) -> None:
+    """Close and delete the call's database."""
+    conn = ctx.state.pop("db", None)
+    if conn is not None:
+        conn.close()
+    folder = ctx.state.pop("db_dir", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def final_state(ctx: CallContext) -> dict[str, Any] | None:
+    """The database's mutable tables at the end of the call (row ids as text)."""
+    conn = ctx.state.get("db")
+    if conn is None:
+        return None
+    return {t: {str(k): dict(v) for k, v in rows.items()} for t, rows in db.db_state(conn).items()}
+
+
+def greeting(ctx: CallContext) -> str:
+    customer = ctx.state.get("customer")
+    hello = f"Hi {customer['name'].split()[0]}, thanks" if customer else "Thanks"
+    return f"{hello} for calling {BUSINESS}. How can I help?"
+
+
+agent = Agent(
+    INSTRUCTIONS, name="support", greeting=greeting,
+    tools=[lookup_order, list_appointments, reschedule_appointment, cancel_appointment],
+    stt_vocabulary=[BUSINESS, "orders", "order numbers", "appointments", "haircut", "consultation"],
+    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3},
+    on_call_start=open_call, on_call_end=close_call, report_state=final_state,
+)

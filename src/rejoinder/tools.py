@@ -1,0 +1,200 @@
+"""Tools an agent's LLM may call: plain Python functions (sync or async) with typed parameters.
+
+A tool's JSON Schema (what the LLM sees) is built with pydantic from the function's type hints,
+and each parameter's description from its docstring (Google, reST or NumPy style, parsed with
+``docstring_parser``); the docstring's summary is the tool's description. A parameter annotated
+:class:`CallContext` is filled by the runtime, never by the LLM, and is left out of the schema:
+the caller's identity and the call's state reach tools that way, so an LLM cannot pass someone
+else's identity in an argument.
+
+Each tool declares whether it is ``reversible``. A reversible tool may run early, on a tentative
+transcript before the caller's turn is final (preemptive generation), and is *compensated* if the
+transcript then changes: ``compensate(ctx, result, **args)`` undoes it (read-only tools need none).
+An irreversible tool never runs before the turn is final. ``timeout_s`` bounds one run; a
+timeout or an exception is reported to the LLM as ``{"error": …}`` so it can tell the caller.
+
+Example::
+
+    @tool(reversible=True)
+    def check_hours(ctx: CallContext, day: str) -> dict:
+        '''Opening hours on a day.
+
+        Args:
+            day: weekday name, e.g. "Monday".
+        '''
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from .errors import ConfigError
+from .ports import ToolSchema
+
+
+@dataclass
+class CallContext:
+    """What the runtime knows about the call, handed to tools and to the agent's hooks.
+
+    ``call_id`` identifies the call; ``caller_id`` is the caller's number as the transport
+    reports it (a scenario's ``caller_phone``, Twilio's ``from``), or None; ``state`` is the
+    application's own per-call state (set by the agent's ``on_call_start``)."""
+
+    call_id: str
+    caller_id: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolError(Exception):
+    """Raise inside a tool to report a failure the caller should hear about (the message is
+    given to the LLM as the tool's error); any other exception is reported the same way."""
+
+
+def _doc_parts(fn: Callable) -> tuple[str, dict[str, str]]:
+    import docstring_parser
+
+    doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+    summary = " ".join(x for x in (doc.short_description, doc.long_description) if x)
+    return " ".join(summary.split()), {p.arg_name: " ".join((p.description or "").split())
+                                       for p in doc.params}
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """pydantic's schema without titles (fewer prompt tokens, smaller grammars)."""
+    if isinstance(schema, dict):
+        return {k: _clean_schema(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [_clean_schema(v) for v in schema]
+    return schema
+
+
+class Tool:
+    """A function the LLM may call. Build it with :func:`tool` (or pass a plain function to
+    :class:`~rejoinder.agent.Agent`, which wraps it with the defaults).
+
+    Raises:
+        ConfigError: a parameter without a type hint, ``*args``/``**kwargs``, or a reversible
+            tool whose ``compensate`` is not callable.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+                 description: str | None = None, reversible: bool = False,
+                 timeout_s: float | None = 10.0,
+                 compensate: Callable[..., Any] | None = None) -> None:
+        if not callable(fn):
+            raise ConfigError(f"tool {fn!r} is not callable")
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.reversible = bool(reversible)
+        self.timeout_s = timeout_s
+        if compensate is not None and not callable(compensate):
+            raise ConfigError(f"tool {self.name!r}: compensate must be callable")
+        if compensate is not None and not reversible:
+            raise ConfigError(f"tool {self.name!r}: only a reversible tool can be compensated")
+        self.compensate_fn = compensate
+        summary, param_docs = _doc_parts(fn)
+        self.description = description or summary or self.name.replace("_", " ")
+        self.context_param: str | None = None
+        fields: dict[str, Any] = {}
+        try:
+            hints = get_type_hints(fn, include_extras=True)
+        except Exception as exc:
+            raise ConfigError(f"tool {self.name!r}: cannot read its type hints: {exc}") from exc
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ConfigError(f"tool {self.name!r}: *args/**kwargs cannot be described to an "
+                                  "LLM; give each parameter a name and a type")
+            hint = hints.get(p.name)
+            if hint is CallContext:
+                self.context_param = p.name
+                continue
+            if hint is None:
+                raise ConfigError(f"tool {self.name!r}: parameter {p.name!r} has no type hint; "
+                                  "annotate it (e.g. `order_id: str`)")
+            from pydantic import Field
+            default = ... if p.default is p.empty else p.default
+            fields[p.name] = (hint, Field(default, description=param_docs.get(p.name) or None))
+        self.params: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+        self.schema = ToolSchema(self.name, self.description,
+                                 _clean_schema(self.params.model_json_schema()))
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, reversible={self.reversible})"
+
+    def parse(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validate the LLM's ``arguments``; returns them coerced to the declared types.
+
+        Raises:
+            ToolError: invalid arguments (the message names the field and what was wrong).
+        """
+        try:
+            return self.params.model_validate(arguments or {}).model_dump()
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(str(x) for x in e["loc"]) or "arguments"
+            raise ToolError(f"invalid argument {where!r} for {self.name}: {e['msg']}") from None
+
+    @staticmethod
+    async def _invoke(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(**kwargs)
+        return await asyncio.to_thread(fn, **kwargs)  # one hop per call, never per frame
+
+    async def run(self, ctx: CallContext, arguments: dict[str, Any]) -> Any:
+        """Validate ``arguments`` and run the tool within ``timeout_s``.
+
+        Raises:
+            ToolError: invalid arguments, or the tool raised (its message is kept).
+            TimeoutError: the tool took longer than ``timeout_s``.
+        """
+        kwargs = self.parse(arguments)
+        if self.context_param:
+            kwargs[self.context_param] = ctx
+        try:
+            return await asyncio.wait_for(self._invoke(self.fn, kwargs), self.timeout_s)
+        except (ToolError, TimeoutError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the LLM hears about any failure; the call goes on
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def compensate(self, ctx: CallContext, arguments: dict[str, Any], result: Any) -> None:
+        """Undo a run that returned ``result`` (reversible tools only; no-op without a
+        compensate function, i.e. a read-only tool).
+
+        Raises:
+            ToolError: the tool is irreversible.
+        """
+        if not self.reversible:
+            raise ToolError(f"tool {self.name!r} is irreversible and cannot be compensated")
+        if self.compensate_fn is None:
+            return
+        await self._invoke(self.compensate_fn, {**self.parse(arguments), "ctx": ctx, "result": result})
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
+         description: str | None = None, reversible: bool = False,
+         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None) -> Any:
+    """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
+
+    ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
+    Returns a :class:`Tool`.
+    """
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, reversible=reversible,
+                    timeout_s=timeout_s, compensate=compensate)
+    return wrap(fn) if fn is not None else wrap
+
+
+def result_json(value: Any) -> str:
+    """A tool's result as the JSON text given to the LLM (pydantic models and dataclasses are
+    dumped; anything else JSON cannot hold becomes its ``str``)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(", ", ": "))

@@ -1,0 +1,152 @@
+"""The reference support agent's tools on the real SQLite database, with the caller identified by
+the runtime's call context (never by the LLM's arguments)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rejoinder.app import support
+from rejoinder.app.db import appointments_of
+from rejoinder.tools import CallContext, ToolError
+
+from demo_phones import AISHA, JAMES, MARIA
+
+
+@pytest.fixture
+async def call():
+    """Open calls by caller ID; each is closed (and its database deleted) afterwards."""
+    opened: list[CallContext] = []
+
+    def open_(phone: str | None) -> CallContext:
+        ctx = CallContext(f"t{len(opened)}", phone)
+        support.open_call(ctx)
+        opened.append(ctx)
+        return ctx
+    yield open_
+    for ctx in opened:
+        support.close_call(ctx)
+
+
+async def run(ctx, name, **args):
+    return await support.agent.tools[name].run(ctx, args)
+
+
+async def test_lookup_order_of_the_caller(call):
+    ctx = call(MARIA)
+    out = await run(ctx, "lookup_order", order_id="4217")
+    assert out == {"order_id": "4217", "item": "wireless headphones", "status": "shipped",
+                   "shipped_on": "Friday, December 4", "expected_arrival": "Wednesday, December 9"}
+    assert (await run(ctx, "lookup_order", order_id="four two one seven"))["order_id"] == "4217"
+    assert (await run(ctx, "lookup_order", order_id="#5031"))["status"] == "processing"
+
+
+async def test_another_customers_order_is_never_disclosed(call):
+    ctx = call(MARIA)
+    with pytest.raises(ToolError) as err:
+        await run(ctx, "lookup_order", order_id="3388")  # James Chen's coffee grinder
+    msg = str(err.value)
+    assert "no order 3388" in msg and "4217, 5031" in msg
+    assert "grinder" not in msg and "James" not in msg and "delivered" not in msg
+
+
+async def test_unknown_caller_gets_nothing(call):
+    ctx = call("+19995550000")
+    with pytest.raises(ToolError, match="not on any account"):
+        await run(ctx, "lookup_order", order_id="4217")
+    with pytest.raises(ToolError, match="not on any account"):
+        await run(ctx, "list_appointments")
+    assert support.greeting(ctx) == "Thanks for calling Maple and Company. How can I help?"
+
+
+async def test_list_appointments_and_greeting(call):
+    ctx = call(AISHA)
+    out = await run(ctx, "list_appointments")
+    assert out == {"appointments": [
+        {"appointment_id": 106, "service": "consultation", "when": "Thursday at 10 AM"},
+        {"appointment_id": 103, "service": "haircut", "when": "Friday at 2 PM"}]}
+    assert support.greeting(ctx).startswith("Hi Aisha, thanks for calling")
+
+
+async def test_reschedule_is_reversible_and_compensated(call):
+    ctx = call(MARIA)
+    tool = support.agent.tools["reschedule_appointment"]
+    assert tool.reversible
+    args = {"day": "Thursday", "time": "afternoon"}
+    out = await tool.run(ctx, args)
+    assert out == {"appointment_id": 101, "service": "haircut", "moved_from": "Tuesday at 10 AM",
+                   "moved_to": "Thursday at 2 PM"}
+    assert support.final_state(ctx)["appointments"]["101"]["slot"] == "2026-12-10T14:00"
+    await tool.compensate(ctx, args, out)
+    assert support.final_state(ctx)["appointments"]["101"]["slot"] == "2026-12-08T10:00"
+
+
+async def test_reschedule_rules(call):
+    ctx = call(AISHA)  # two appointments: which one must be said
+    with pytest.raises(ToolError, match="which appointment"):
+        await run(ctx, "reschedule_appointment", day="Monday", time="11:00")
+    with pytest.raises(ToolError, match="outside opening hours"):
+        await run(ctx, "reschedule_appointment", day="Saturday", time="11:00", service="haircut")
+    with pytest.raises(ToolError, match="already taken"):  # Tom's consultation is Friday 11:00
+        await run(ctx, "reschedule_appointment", day="Friday", time="11 am", service="haircut")
+    with pytest.raises(ToolError, match="weekday and a time"):
+        await run(ctx, "reschedule_appointment", day="someday", time="11:00", service="haircut")
+    out = await run(ctx, "reschedule_appointment", day="monday", time="3:30 pm", service="Haircut")
+    assert out["moved_to"] == "Monday at 3:30 PM"
+
+
+async def test_cancel_is_irreversible_and_only_touches_the_callers_own(call):
+    ctx = call(MARIA)
+    tool = support.agent.tools["cancel_appointment"]
+    assert not tool.reversible
+    with pytest.raises(ToolError, match="which appointment"):  # Maria has no consultation (James does)
+        await tool.run(ctx, {"service": "consultation"})
+    state = support.final_state(ctx)["appointments"]
+    assert state["102"]["status"] == "booked" and state["101"]["status"] == "booked"
+    assert await tool.run(ctx, {}) == {"cancelled": "haircut", "was_on": "Tuesday at 10 AM"}
+    assert support.final_state(ctx)["appointments"]["101"]["status"] == "cancelled"
+    with pytest.raises(ToolError, match="irreversible"):
+        await tool.compensate(ctx, {}, {})
+
+
+@pytest.mark.parametrize("text,hm", [("15:00", (15, 0)), ("3 pm", (15, 0)), ("3:30 PM", (15, 30)),
+                                     ("3", (15, 0)), ("10", (10, 0)), ("9 a.m.", (9, 0)),
+                                     ("12 pm", (12, 0)), ("afternoon", (14, 0)),
+                                     ("Thursday morning", (10, 0))])
+def test_parse_time(text, hm):
+    assert support.parse_time(text) == hm
+
+
+def test_parse_time_rejects_nonsense():
+    for bad in ("", "soon", "25:00", "7:75"):
+        with pytest.raises(ValueError):
+            support.parse_time(bad)
+
+
+async def test_each_call_gets_a_fresh_database_that_is_deleted_when_it_ends():
+    a, b = CallContext("a", JAMES), CallContext("b", JAMES)
+    support.open_call(a)
+    support.open_call(b)
+    folder = a.state["db_dir"]
+    await support.agent.tools["cancel_appointment"].run(a, {})
+    assert support.final_state(a)["appointments"]["102"]["status"] == "cancelled"
+    assert support.final_state(b)["appointments"]["102"]["status"] == "booked"  # calls are isolated
+    support.close_call(a)
+    support.close_call(b)
+    assert not folder.exists()
+    assert support.final_state(a) is None
+
+
+def test_the_tools_the_llm_sees():
+    schemas = {t.name: t.schema for t in support.agent.tools.values()}
+    assert set(schemas) == {"lookup_order", "list_appointments", "reschedule_appointment",
+                            "cancel_appointment"}
+    assert schemas["lookup_order"].parameters == {
+        "type": "object", "additionalProperties": False, "required": ["order_id"],
+        "properties": {"order_id": {"type": "string", "description":
+                                    'the order number the caller gave, digits only, e.g. "4217".'}}}
+    # no tool takes the caller's identity: it comes from the runtime
+    for s in schemas.values():
+        assert not {"phone", "customer_phone", "ctx", "customer_id"} & set(s.parameters["properties"])
+    assert schemas["list_appointments"].parameters["properties"] == {}
+    assert "said yes" in schemas["cancel_appointment"].description
+    assert appointments_of  # the database module is the one the tools use
