@@ -52,6 +52,24 @@ async def test_conversations_keep_their_kv_cache_when_interleaved(llama_llm):
     assert "A" not in llama_llm.cache.stats.keys or llama_llm.cache._saved.get("A") is None
 
 
+async def test_keyless_requests_and_warmup_do_not_evict_a_keyed_call(llama_llm):
+    """A warm-up or a request without a key saves the current call's state first."""
+    import asyncio
+
+    a = [SUPPORT, ChatMessage("user", "Hello, I have a question about my order.")]
+    await _run(llama_llm, LLMRequest(tuple(a), tools=TOOLS, max_tokens=4, temperature=0.0,
+                                     cache_key="K"))
+    before = llama_llm.engine.prompt(LLMRequest(tuple(a), tools=TOOLS))
+    await asyncio.to_thread(llama_llm.warmup, "You sell pizza. " * 10)
+    await _run(llama_llm, LLMRequest((ChatMessage("user", "Hi"),), max_tokens=2))
+    a += [ChatMessage("assistant", "Sure."), ChatMessage("user", "It is order 4217.")]
+    req = LLMRequest(tuple(a), tools=TOOLS, max_tokens=2, temperature=0.0, cache_key="K")
+    await _run(llama_llm, req)
+    new = _new_tokens(llama_llm, before, llama_llm.engine.prompt(req))
+    assert llama_llm.last_stats.prefilled <= new + 4, llama_llm.last_stats
+    llama_llm.forget("K")
+
+
 async def test_without_cache_key_another_call_evicts_the_prefix(llama_llm):
     """The control for the test above: with no key, B's request replaces A's tokens and A's
     next turn re-prefills the part after the shared system prompt."""
@@ -63,6 +81,31 @@ async def test_without_cache_key_another_call_evicts_the_prefix(llama_llm):
     a += [ChatMessage("assistant", "Sure."), ChatMessage("user", "It is order 4217.")]
     await _run(llama_llm, LLMRequest(tuple(a), tools=TOOLS, max_tokens=4, temperature=0.0))
     assert llama_llm.last_stats.prefilled > llama_llm.last_stats.prompt // 2
+
+
+async def test_windowed_history_shifts_the_kept_turns_into_place(llama_llm):
+    """When the oldest turns are dropped after the system prompt (a history window), the kept
+    turns' KV entries are shifted into place: only the new turn is prefilled."""
+    turns = [("Hi, I'm calling about the order I placed last week for two bottles of "
+              "shampoo and a hair dryer.", "Sure, I can help with your order."),
+             ("It was supposed to arrive on Monday but nothing came, and the tracking page "
+              "says it is still being processed.", "I understand, let me look into it."),
+             ("Also, I would like to know whether my haircut appointment is still on "
+              "Thursday afternoon at three.", "Let me check your appointments.")]
+    full = [SUPPORT]
+    for say, reply in turns:
+        full += [ChatMessage("user", say), ChatMessage("assistant", reply)]
+    req = LLMRequest((*full, ChatMessage("user", "Thanks.")), tools=TOOLS, max_tokens=2,
+                     temperature=0.0, cache_key="W")
+    await _run(llama_llm, req)
+    window = [SUPPORT, *full[3:], ChatMessage("user", "Thanks."),
+              ChatMessage("assistant", "You're welcome."), ChatMessage("user", "Bye.")]
+    await _run(llama_llm, LLMRequest(tuple(window), tools=TOOLS, max_tokens=2, temperature=0.0,
+                                     cache_key="W"))
+    stats = llama_llm.last_stats
+    assert stats.shifted >= 40, stats
+    assert stats.prefilled <= 24, stats  # the last reply and "Bye.", not the kept turns
+    llama_llm.forget("W")
 
 
 async def test_history_with_a_tool_call_reuses_the_cache(llama_llm):

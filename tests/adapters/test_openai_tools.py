@@ -134,6 +134,49 @@ async def test_stream_tools_false_parses_a_whole_response():
     assert llm.payload(LLMRequest(ASK, tools=(ORDER,), tool_choice="none"))["stream"] is True
 
 
+def test_llama_server_command_and_defaults(monkeypatch):
+    from rejoinder.adapters import llama_server as ls
+    from rejoinder.adapters.llama_llm import smollm2_model_path
+
+    cmd = ls.command(8123, tool_mode="eager")
+    assert cmd[1:3] == ["-m", "rejoinder.adapters.llama_server"]
+    assert cmd[cmd.index("--model") + 1] == str(smollm2_model_path())
+    assert cmd[cmd.index("--port") + 1] == "8123" and cmd[-2:] == ["--tool_mode", "eager"]
+    assert "--tool_mode" not in ls.command(8123, chat_format="chatml")
+    monkeypatch.delenv("MODEL", raising=False)
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+    args = ls.with_defaults(["--port", "9000", "--n_ctx=8192"])
+    assert args[args.index("--chat_format") + 1] == "rejoinder-tools"
+    assert args.count("--n_ctx") == 0 and "--n_ctx=8192" in args  # given ones are kept
+    assert args[args.index("--model") + 1] == str(smollm2_model_path())
+    assert ls.with_defaults(["--config_file", "c.yaml"]) == ["--config_file", "c.yaml"]
+
+
+def test_server_handler_request_mapping():
+    from rejoinder.adapters.llama_server import to_request
+
+    req = to_request(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text",
+                                                                          "text": "hi"}]},
+         {"role": "assistant", "content": None, "tool_calls": [
+             {"id": "c1", "type": "function",
+              "function": {"name": "lookup_order", "arguments": '{"order_id": "1"}'}}]},
+         {"role": "tool", "content": "{}", "tool_call_id": "c1"},
+         {"role": "assistant", "content": "Your order"}],
+        [{"type": "function", "function": {"name": "lookup_order",
+                                           "parameters": ORDER.parameters}}],
+        {"type": "function", "function": {"name": "lookup_order"}}, max_tokens=None, stop="\n",
+        response_format={"type": "json_object", "schema": {"type": "object"}})
+    assert req.tool_choice == "lookup_order" and req.tools[0].name == "lookup_order"
+    assert req.messages[1].content == "hi" and req.messages[2].tool_calls[0].arguments == \
+        {"order_id": "1"}
+    assert req.prefix == "Your order" and len(req.messages) == 4
+    assert req.stop == ("\n",) and req.json_schema == {"type": "object"} and req.max_tokens == 256
+    with pytest.raises(PortError, match="'lookup_order' in the history has malformed"):
+        to_request([{"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c", "function": {"name": "lookup_order", "arguments": "{"}}]}])
+
+
 # ------------------------------------------------------------ llama-cpp-python's own handler
 @pytest.fixture(scope="module")
 def chatml_fc_server(tmp_path_factory):

@@ -11,6 +11,12 @@ saved state keeps the context as it is, so it reuses the shared system-prompt pr
 
 Only the sequence's KV cells are copied, not llama-cpp-python's ``save_state`` (which also copies
 up to ``n_batch × n_vocab`` float32 logits, ≈50 MB for SmolLM2, on every save).
+
+:func:`reuse_shifted` also keeps the cache when a conversation's history is windowed (its oldest
+turns dropped after the system prompt): the dropped span is removed from the KV cache and the rest
+shifted into place (llama.cpp re-rotates the keys), as llama.cpp's server does with
+``--cache-reuse``. The kept turns' KV entries were computed while the dropped turns were still in
+context, so this is an approximation of prefilling the window afresh.
 """
 
 from __future__ import annotations
@@ -21,6 +27,49 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the common prefix of two token arrays."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+def reuse_shifted(llm: Any, tokens: list[int], min_chunk: int = 32) -> int:
+    """Before ``llm`` evaluates the prompt ``tokens``: if the cached sequence is ``tokens[:p]``,
+    then a dropped span, then the next ``m ≥ min_chunk`` tokens of the prompt, remove the span
+    from the KV cache and shift those ``m`` tokens to follow ``tokens[:p]``, so only what comes
+    after them is prefilled. Returns ``m`` (0 when nothing was moved)."""
+    from llama_cpp import llama_cpp as C
+
+    n = int(llm.n_tokens)
+    cached = np.asarray(llm.input_ids[:n], dtype=np.int32)
+    prompt = np.asarray(tokens, dtype=np.int32)
+    p = common_prefix(cached, prompt)
+    if p >= n or len(prompt) - p < min_chunk:
+        return 0
+    mem = llm._ctx.memory
+    if mem is None or not C.llama_memory_can_shift(mem):
+        return 0
+    probe = prompt[p:p + min_chunk].tobytes()
+    hay = cached.tobytes()
+    at = hay.find(probe, (p + 1) * 4)
+    while at >= 0 and at % 4:
+        at = hay.find(probe, at + 1)
+    if at < 0:
+        return 0
+    j = at // 4
+    m = common_prefix(cached[j:], prompt[p:])
+    C.llama_memory_seq_rm(mem, 0, j + m, -1)  # what followed the chunk no longer matches
+    C.llama_memory_seq_rm(mem, 0, p, j)
+    C.llama_memory_seq_add(mem, 0, j, j + m, -(j - p))
+    llm.input_ids[p:p + m] = cached[j:j + m]
+    llm.n_tokens = p + m
+    llm._requires_eval = True
+    return m
 
 
 @dataclass
@@ -103,12 +152,16 @@ class ConversationCache:
         return True
 
     def activate(self, key: str | None) -> None:
-        """Make the context hold ``key``'s conversation (a no-op for ``None`` or the owner)."""
-        if key is None or key == self.owner:
+        """Make the context hold ``key``'s conversation before a request of ``key`` runs.
+
+        The current owner's state is saved first unless it is ``key`` itself; ``key``'s saved
+        state (if any) is restored. ``None`` (a request without a key, a warm-up) saves the owner
+        and leaves the context to the request as it is."""
+        if key is not None and key == self.owner:
             return
         if self.owner is not None:
             self._save(self.owner, self._saved.pop(self.owner, None))
-        saved = self._saved.get(key)
+        saved = self._saved.get(key) if key is not None else None
         if saved is not None:
             self._restore(saved)
         self.owner = key

