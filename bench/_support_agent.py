@@ -24,33 +24,25 @@ SYSTEM = (
     "9:00 to 18:00."
 )
 
+_CALLS = [("Can you check order 1234?",
+           '<tool_call>[{"name": "lookup_order", "arguments": {"order_id": "1234"}}]</tool_call>'),
+          ("When is my appointment?",
+           '<tool_call>[{"name": "list_appointments", "arguments": {}}]</tool_call>')]
+_TALK = [("Hi there.", "Hi! How can I help you today?"),
+         ("Thanks a lot, bye.", "You're welcome. Goodbye!")]
+
+
+def _examples(pairs: list[tuple[str, str]]) -> str:
+    return "\n\nExamples:\n" + "\n".join(f"Caller: {c}\nYou: {y}" for c, y in pairs)
+
+
 #: Worked examples appended to the system prompt in the "few-shot" designs (no example is a
 #: benchmark item).
-FEW_SHOT = (
-    "\n\nExamples:\n"
-    "Caller: Can you check order 1234?\n"
-    'You: <tool_call>[{"name": "lookup_order", "arguments": {"order_id": "1234"}}]</tool_call>\n'
-    "Caller: When is my appointment?\n"
-    'You: <tool_call>[{"name": "list_appointments", "arguments": {}}]</tool_call>\n'
-    "Caller: Hi there.\n"
-    "You: Hi! How can I help you today?\n"
-    "Caller: Thanks a lot, bye.\n"
-    "You: You're welcome. Goodbye!"
-)
+FEW_SHOT = _examples(_CALLS + _TALK)
 
 #: The same examples with SmolLM2's own "no call" form (``<tool_call>[]</tool_call>``) before
 #: the small-talk replies, for the eager designs (the model then sees ``[]`` as an option).
-FEW_SHOT_NO_CALL = (
-    "\n\nExamples:\n"
-    "Caller: Can you check order 1234?\n"
-    'You: <tool_call>[{"name": "lookup_order", "arguments": {"order_id": "1234"}}]</tool_call>\n'
-    "Caller: When is my appointment?\n"
-    'You: <tool_call>[{"name": "list_appointments", "arguments": {}}]</tool_call>\n'
-    "Caller: Hi there.\n"
-    "You: <tool_call>[]</tool_call>Hi! How can I help you today?\n"
-    "Caller: Thanks a lot, bye.\n"
-    "You: <tool_call>[]</tool_call>You're welcome. Goodbye!"
-)
+FEW_SHOT_NO_CALL = _examples(_CALLS + [(c, "<tool_call>[]</tool_call>" + y) for c, y in _TALK])
 
 
 def _params(props: dict, required: list[str] | None = None) -> dict:

@@ -10,10 +10,13 @@ temperature 0 through the LLM port, and the table reports:
 - right args: … with exactly the labelled arguments;
 - no tool: share of small-talk items answered with text and no call;
 - latency per decision: time to the complete ToolCall (tool answers) and TTFT (text answers),
-  medians in ms.
+  medians in ms;
+
+then what the tool machinery costs before the first delta (tool_choice none vs auto lazy vs auto
+eager on the small-talk items, interleaved).
 
     PYTHONPATH=src .venv/bin/python bench/tool_choice.py [--designs lazy,eager-fewshot]
-        [--limit N] [--json]
+        [--limit N] [--cost-rounds 3] [--json]
 
 Wall-clock figures are noisy on a shared machine; accuracy at temperature 0 is deterministic.
 """
@@ -198,7 +201,38 @@ def print_table(results: list[dict]) -> None:
           f"temperature 0; SmolLM2-135M-Instruct Q4_1)")
 
 
-async def main(designs: list[str], limit: int | None) -> list[dict]:
+async def _first_delta_ms(llm, req: LLMRequest) -> tuple[float, bool]:
+    t0 = time.perf_counter()
+    gen = llm.stream(req)
+    try:
+        d = await gen.__anext__()
+        return (time.perf_counter() - t0) * 1000, isinstance(d, ToolCall)
+    finally:
+        await gen.aclose()
+
+
+async def decision_cost(llm, items: list[Item], rounds: int) -> dict:
+    """What the tool machinery costs before the first delta, on the small-talk items: the same
+    prompt (tools listed) with ``tool_choice`` "none" (text only), "auto" lazy, and "auto"
+    eager, interleaved item by item so load drift hits all three alike. Medians in ms."""
+    system, schemas = ChatMessage("system", SYSTEM), tools(True)
+    times: dict[str, list[float]] = {"none": [], "lazy": [], "eager": []}
+    eager_calls = 0
+    for _ in range(rounds):
+        for item in (i for i in items if i.kind == "none"):
+            msgs = (system, *context(item.ctx), ChatMessage("user", item.say))
+            for mode in times:
+                llm.tool_mode = "eager" if mode == "eager" else "lazy"
+                req = LLMRequest(msgs, max_tokens=8, temperature=0.0, tools=schemas,
+                                 tool_choice="none" if mode == "none" else "auto")
+                ms, is_call = await _first_delta_ms(llm, req)
+                times[mode].append(ms)
+                eager_calls += is_call and mode == "eager"
+    return {"first_delta_ms_p50": {k: _median(v) for k, v in times.items()},
+            "eager_first_delta_was_a_call": eager_calls, "samples": len(times["none"])}
+
+
+async def main(designs: list[str], limit: int | None, cost_rounds: int) -> dict:
     from rejoinder.adapters.llama_llm import LlamaLLM
 
     items = ITEMS[:limit] if limit else ITEMS
@@ -208,7 +242,8 @@ async def main(designs: list[str], limit: int | None) -> list[dict]:
         mode, few_shot, strict = DESIGNS[name]
         llm.tool_mode = mode
         results.append(await run_design(llm, name, few_shot, strict, items))
-    return results
+    cost = await decision_cost(llm, items, cost_rounds) if cost_rounds else None
+    return {"designs": results, "decision_cost": cost}
 
 
 if __name__ == "__main__":
@@ -216,14 +251,23 @@ if __name__ == "__main__":
     ap.add_argument("--designs", default=",".join(DESIGNS),
                     help=f"comma-separated, from: {', '.join(DESIGNS)}")
     ap.add_argument("--limit", type=int, default=None, help="first N items only (smoke run)")
+    ap.add_argument("--cost-rounds", type=int, default=3,
+                    help="rounds of the none/lazy/eager first-delta comparison (0: skip)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     names = [d for d in a.designs.split(",") if d]
     bad = [d for d in names if d not in DESIGNS]
     if bad:
         sys.exit(f"unknown design(s) {', '.join(bad)}; choose from {', '.join(DESIGNS)}")
-    out = asyncio.run(main(names, a.limit))
+    out = asyncio.run(main(names, a.limit, a.cost_rounds))
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        print_table(out)
+        print_table(out["designs"])
+        cost = out["decision_cost"]
+        if cost:
+            c = cost["first_delta_ms_p50"]
+            print(f"first delta on small talk, p50 over {cost['samples']} requests each: "
+                  f"tool_choice none {c['none']} ms, auto/lazy {c['lazy']} ms, auto/eager "
+                  f"{c['eager']} ms (eager's first delta was a call "
+                  f"{cost['eager_first_delta_was_a_call']} times)")

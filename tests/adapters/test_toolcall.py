@@ -101,8 +101,11 @@ def test_call_grammar_shapes():
 
 
 def test_value_and_names_grammar():
-    g = value_grammar({"type": "string", "pattern": "^[0-9]{4}$"}, ", ")
-    assert g.startswith('root ::= arg ", "\n') and "[0-9]" in g
+    g = value_grammar({"type": "string", "pattern": "^[0-9]{4}$"}, ",", lead=" ")
+    assert g.startswith('root ::= " " arg ","\n') and "[0-9]" in g
+    free = value_grammar({"type": "string"}, "}")
+    assert free.count("(char") == 64  # free text is bounded (MAX_FREE_STRING)
+    assert "\\x00-\\x1F" in free  # and holds no raw control characters
     assert value_grammar({"type": "integer"}, "}").startswith('root ::= integer "}"')
     assert value_grammar({"type": "integer", "minimum": 1, "maximum": 9999}, "}") == \
         'root ::= ("0" | [1-9] [0-9]{0,3}) "}"\n'

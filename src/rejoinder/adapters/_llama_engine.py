@@ -54,9 +54,11 @@ class ChatEngine:
     - ``"lazy"``: sample freely and stream text at once; only text that may be the start of
       ``<tool_call>`` is held back. If the model writes the opener, the rest is sampled under the
       call grammars (the KV cache holds everything so far, so the switch costs a token or two).
-    - ``"eager"``: first sample ``<tool_call>[`` under a grammar that also allows ``[]`` (no
-      call), as SmolLM2's function-calling data does; an empty list falls back to text. Text
-      replies pay the 6-token opener and one grammar-constrained token before their first token.
+    - ``"eager"``: when the last message is the caller's, first sample ``<tool_call>[`` under a
+      grammar that also allows ``[]`` (no call), as SmolLM2's function-calling data does; an
+      empty list falls back to text. Text replies pay the 6-token opener and one
+      grammar-constrained token before their first token. After a tool result the reply goes
+      on as in lazy mode (SmolLM2-135M would otherwise call again at every step).
 
     One call per message (``max_tool_calls=1``) is written piece by piece: the JSON structure and
     argument keys are forced, only the tool name and the argument values are sampled. A call is
@@ -236,19 +238,23 @@ class ChatEngine:
             if out is None:
                 return None
             name = out[:-1]
-        text += f'{name}", "arguments": '
+        # forced text ends before the space that precedes a value, so the model writes the
+        # space-and-quote token it knows (` "`) instead of continuing an unusual lone space
+        text += f'{name}", "arguments":'
         schema = next(t for t in tools if t.name == name).parameters
         plan = object_plan(schema)
         if plan is None:  # optional or extra properties: sample the whole object
-            out = sample(text, value_grammar(schema, "}"), lambda o: json_complete(o, "}"))
+            out = sample(text, value_grammar(schema, "}", lead=" "),
+                         lambda o: json_complete(o, "}"))
             if out is None:
                 return None
             return text + out + "]" + TOOL_CALL_CLOSE
-        text += "{"
+        text += " {"
         for i, (key, sub) in enumerate(plan):
-            text += json.dumps(key) + ": "
-            sep = ", " if i < len(plan) - 1 else "}"
-            out = sample(text, value_grammar(sub, sep), lambda o, sep=sep: json_complete(o, sep))
+            text += (" " if i else "") + json.dumps(key) + ":"
+            sep = "," if i < len(plan) - 1 else "}"
+            out = sample(text, value_grammar(sub, sep, lead=" "),
+                         lambda o, sep=sep: json_complete(o, sep))
             if out is None:
                 return None
             text += out
@@ -285,6 +291,12 @@ class ChatEngine:
             if tail:
                 yield tail
 
+    @staticmethod
+    def _after_user(request: LLMRequest) -> bool:
+        """Eager decisions are taken on a caller's message only: after a tool result (or an
+        assistant prefix) the reply goes on lazily, else a small model calls again and again."""
+        return bool(request.messages) and request.messages[-1].role == "user" and not request.prefix
+
     def generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[LLMDelta]:
         """Yield the reply's text deltas and ToolCalls; stop before the next token once ``stop``
         is set. The caller serialises calls (one ``Llama`` context).
@@ -302,7 +314,7 @@ class ChatEngine:
             if choice not in ("auto", "none"):
                 head = self._tokens(prompt + TOOL_CALL_OPEN)
                 yield from self._calls(head, request, stop, False, True) or ()
-            elif choice == "auto" and self.tool_mode == "eager":
+            elif choice == "auto" and self.tool_mode == "eager" and self._after_user(request):
                 head = self._tokens(prompt + TOOL_CALL_OPEN)
                 calls = self._calls(head, request, stop, True, True)
                 if calls:

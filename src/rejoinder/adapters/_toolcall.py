@@ -137,9 +137,29 @@ def check_tool_choice(tools: Sequence[ToolSchema], choice: str) -> None:
                         f"{', '.join(t.name for t in tools)}")
 
 
+#: Longest free-text argument the grammar allows (characters) when its schema sets no
+#: ``maxLength``, ``pattern``, ``enum``, ``const`` or ``format``: a small model that starts a
+#: string it cannot fill runs on (SmolLM2-135M wrote ``}}]</tool_call> I'm sorry…`` inside one
+#: until the token budget ended); bounded, the call completes and the tool rejects the value.
+MAX_FREE_STRING = 64
+
+
+def _bounded(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_bounded(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _bounded(v) for k, v in schema.items()}
+    if out.get("type") == "string" and not any(
+            k in out for k in ("maxLength", "pattern", "enum", "const", "format")):
+        out["maxLength"] = MAX_FREE_STRING
+    return out
+
+
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:
-    """A tool's parameter schema for the grammar: no extra properties unless it allows them."""
-    out = _clean(schema) or {"type": "object"}
+    """A tool's parameter schema for the grammar: no extra properties unless it allows them,
+    free-text strings bounded by :data:`MAX_FREE_STRING`."""
+    out = _bounded(_clean(schema) or {"type": "object"})
     if out.get("type", "object") == "object":
         out = {"type": "object", "properties": {}, **out}
         out.setdefault("additionalProperties", False)
@@ -201,8 +221,8 @@ def _literal(text: str) -> str:
     return json.dumps(text)  # a GBNF literal escapes like a JSON string
 
 
-def value_grammar(schema: dict[str, Any], sep: str) -> str:
-    """GBNF of one JSON value matching ``schema`` followed by the literal ``sep``. An integer
+def value_grammar(schema: dict[str, Any], sep: str, lead: str = "") -> str:
+    """GBNF of the literal ``lead``, one JSON value matching ``schema``, the literal ``sep``. An integer
     with ``minimum`` ≥ 0 and ``maximum`` gets at most as many digits as ``maximum`` (the JSON
     Schema converter ignores integer bounds).
 
@@ -210,18 +230,19 @@ def value_grammar(schema: dict[str, Any], sep: str) -> str:
         PortError: the schema cannot be converted.
     """
     tail = f" {_literal(sep)}" if sep else ""
+    head = f"{_literal(lead)} " if lead else ""
     hi, lo = schema.get("maximum"), schema.get("minimum")
     if schema.get("type") == "integer" and isinstance(hi, int) and isinstance(lo, int) and lo >= 0:
         # the converter ignores integer bounds; at least cap the digits (a small model loops)
         k = len(str(hi))
         digits = '"0" | [1-9]' + (f" [0-9]{{0,{k - 1}}}" if k > 1 else "")
-        return f"root ::= ({digits}){tail}\n"
+        return f"root ::= {head}({digits}){tail}\n"
     conv = _converter()
     try:
         ref = conv.visit(conv.resolve_refs(_strict(schema), "tools"), "arg")
     except Exception as exc:
         raise PortError(f"cannot build a grammar from the schema {schema!r}: {exc}") from exc
-    return f"root ::= {ref}{tail}\n{_tight(conv.format_grammar())}\n"
+    return f"root ::= {head}{ref}{tail}\n{_tight(conv.format_grammar())}\n"
 
 
 def names_grammar(names: Sequence[str]) -> str:
