@@ -60,8 +60,9 @@ class Runtime:
                 except MissingExtra:  # a backup is a nicety: run without one (retries still apply)
                     self._backup_tts = None
             warm = getattr(self._stack.llm, "warmup", None)
-            if warm is not None:
-                await asyncio.to_thread(warm, self.agent.instructions)
+            if warm is not None:  # the system turn as every request renders it: tools included
+                tools = tuple(t.schema for t in self.agent.tools.values())
+                await asyncio.to_thread(warm, self.agent.instructions, tools)
 
     @property
     def models(self):

@@ -4,12 +4,7 @@
 from __future__ import annotations
 
 import gzip
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -107,50 +102,18 @@ def espeak_tts():
     return EspeakTTS()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory):
-    """llama-cpp-python's OpenAI-compatible server on loopback serving SmolLM2; yields base_url."""
+    """llama-cpp-python's OpenAI-compatible server on loopback serving SmolLM2 with the
+    ``rejoinder-tools`` chat format (rejoinder.adapters.llama_server); yields base_url."""
     for mod in ("sse_starlette", "starlette_context", "pydantic_settings", "uvicorn"):
         pytest.importorskip(mod, reason="llama_cpp.server needs sse-starlette, starlette-context, "
                                         "pydantic-settings")
-    import httpx
+    from rejoinder.adapters import llama_server as ls
 
-    from rejoinder.adapters.llama_llm import smollm2_model_path
-
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
-    log = open(log_path, "wb")  # a file, not a pipe: llama.cpp logs a lot and would block
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_model_path()),
-         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "2048",
-         "--chat_format", "chatml"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-    base = f"http://127.0.0.1:{port}/v1"
+    log = tmp_path_factory.mktemp("llama_server") / "server.log"
+    server = ls.start(n_ctx=4096, log_path=log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited: {log_path.read_text(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama_cpp.server did not come up within 60 s")
-            time.sleep(0.2)
-        yield base
+        yield server.base_url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        server.stop()

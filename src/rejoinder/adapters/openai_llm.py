@@ -7,23 +7,76 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from ..errors import ConfigError
-from ..ports import ChatMessage, LLMRequest, PortError
+from ..ports import ChatMessage, LLMDelta, LLMRequest, PortError, ToolCall
+from ._toolcall import check_tool_choice
 
 
 def _message(m: ChatMessage) -> dict[str, Any]:
     d: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.name:
         d["name"] = m.name
+    if m.tool_calls:
+        d["tool_calls"] = [{"id": c.id, "type": "function",
+                            "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                           for c in m.tool_calls]
+    if m.role == "tool" and m.tool_call_id:
+        d["tool_call_id"] = m.tool_call_id
     return d
+
+
+def _tool_choice(choice: str) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+@dataclass
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+    def add(self, delta: dict[str, Any]) -> None:
+        if delta.get("id") and not self.id:
+            self.id = delta["id"]
+        fn = delta.get("function") or {}
+        name = fn.get("name")
+        if name:  # OpenAI sends the name once; some servers repeat it in every delta
+            self.name = name if not self.name or name.startswith(self.name) else self.name + name
+        self.arguments += fn.get("arguments") or ""
+
+    def done(self, url: str) -> ToolCall:
+        if not self.name:
+            raise PortError(f"{url} streamed a tool call without a function name")
+        try:
+            args = json.loads(self.arguments) if self.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise PortError(f"{url} sent malformed arguments JSON for tool {self.name!r}: "
+                            f"{self.arguments[:200]!r} ({exc})") from exc
+        if not isinstance(args, dict):
+            raise PortError(f"{url} sent arguments for tool {self.name!r} that are not a JSON "
+                            f"object: {self.arguments[:200]!r}")
+        return ToolCall(self.id or f"call_{uuid.uuid4().hex[:16]}", self.name, args)
 
 
 class OpenAICompatLLM:
     """Streaming client for ``POST {base_url}/chat/completions`` with ``stream: true`` (SSE).
 
-    Yields ``choices[0].delta.content`` of each ``data:`` event until ``data: [DONE]``.
+    Yields ``choices[0].delta.content`` of each ``data:`` event until ``data: [DONE]``, and each
+    streamed tool call as one :class:`~rejoinder.ports.ToolCall` once it is complete: ``tool_calls``
+    deltas are accumulated by ``index`` (``id``, ``function.name``, ``function.arguments``
+    fragments), and a call is complete when a later index starts, a ``finish_reason`` arrives or
+    the stream ends.
+
+    ``LLMRequest.tools`` are sent as ``tools: [{"type": "function", "function": {name,
+    description, parameters}}]`` with ``tool_choice`` (``"auto"``/``"none"``/``"required"``, or
+    ``{"type": "function", "function": {"name": …}}`` for one tool). Assistant messages carry
+    their ``tool_calls`` (arguments as JSON text) and ``tool`` messages their ``tool_call_id``.
 
     ``LLMRequest.json_schema`` is sent as ``response_format: {"type": "json_schema", ...}``
     (OpenAI, vLLM, llama.cpp's llama-server, Ollama), or with ``schema_format="json_object"`` as
@@ -38,6 +91,12 @@ class OpenAICompatLLM:
             none is sent when empty).
         timeout_s: connect/read timeout in seconds (default 30).
         schema_format: "json_schema" (default) or "json_object" (see above).
+        prompt_cache_key: send ``LLMRequest.cache_key`` as OpenAI's ``prompt_cache_key`` (default
+            False: servers that validate the body strictly reject unknown fields).
+        stream_tools: stream requests that carry tools (default True). False sends them with
+            ``stream: false`` and yields the whole answer at once, for servers that cannot stream
+            tool calls (llama-cpp-python's ``chatml-function-calling`` with ``tool_choice:
+            "auto"``).
         client: an ``httpx.AsyncClient`` to reuse (its lifetime stays the caller's).
 
     Raises:
@@ -48,7 +107,8 @@ class OpenAICompatLLM:
 
     def __init__(self, base_url: str | None = None, model: str | None = None,
                  api_key: str | None = None, *, timeout_s: float = 30.0,
-                 schema_format: str = "json_schema", client: Any = None) -> None:
+                 schema_format: str = "json_schema", prompt_cache_key: bool = False,
+                 stream_tools: bool = True, client: Any = None) -> None:
         import httpx
 
         base = base_url or os.environ.get("REJOINDER_LLM_BASE_URL")
@@ -59,6 +119,8 @@ class OpenAICompatLLM:
             raise ConfigError(f"schema_format must be 'json_schema' or 'json_object', "
                               f"not {schema_format!r}")
         self.schema_format = schema_format
+        self.prompt_cache_key = prompt_cache_key
+        self.stream_tools = stream_tools
         self.base_url = base.rstrip("/")
         self.model_name = model or os.environ.get("REJOINDER_LLM_MODEL") or "default"
         key = api_key or os.environ.get("REJOINDER_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
@@ -68,17 +130,27 @@ class OpenAICompatLLM:
         self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
         self._owns_client = client is None
 
+    def _streams(self, request: LLMRequest) -> bool:
+        return self.stream_tools or not request.tools or request.tool_choice == "none"
+
     def payload(self, request: LLMRequest) -> dict[str, Any]:
         """The JSON body sent for ``request`` (exposed for inspection and tests)."""
         messages = [_message(m) for m in request.messages]
         if request.prefix:
             messages.append({"role": "assistant", "content": request.prefix})
         body: dict[str, Any] = {
-            "model": self.model_name, "messages": messages, "stream": True,
+            "model": self.model_name, "messages": messages, "stream": self._streams(request),
             "max_tokens": request.max_tokens, "temperature": request.temperature,
         }
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.tools:
+            body["tools"] = [{"type": "function",
+                              "function": {"name": t.name, "description": t.description,
+                                           "parameters": t.parameters}} for t in request.tools]
+            body["tool_choice"] = _tool_choice(request.tool_choice)
+        if self.prompt_cache_key and request.cache_key:
+            body["prompt_cache_key"] = request.cache_key
         if request.json_schema is not None and self.schema_format == "json_object":
             body["response_format"] = {"type": "json_object", "schema": request.json_schema}
         elif request.json_schema is not None:
@@ -88,44 +160,99 @@ class OpenAICompatLLM:
             }
         return body
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
-        """Yield content deltas as the server streams them.
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]:
+        """Yield content deltas (``str``) as the server streams them, and each tool call as one
+        :class:`~rejoinder.ports.ToolCall` once complete.
 
         Raises:
             PortError: connection failure, HTTP status ≥ 400 (status and body excerpt in the
-                message), or a malformed event.
+                message), a malformed event, a tool call with malformed arguments JSON (the
+                message names the tool), a stream that ends before ``[DONE]`` or a finish
+                reason, no tool call although ``tool_choice`` required one, or a
+                ``tool_choice`` that names no declared tool (raised before sending).
         """
         import httpx
 
+        check_tool_choice(request.tools, request.tool_choice)
         url = f"{self.base_url}/chat/completions"
+        calls = 0
         try:
             async with self._client.stream("POST", url, json=self.payload(request),
                                            headers=self._headers) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
                     raise PortError(f"{url} answered HTTP {resp.status_code}: {body[:300]}")
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        return
-                    if not data:
-                        continue
-                    try:
-                        event = json.loads(data)
-                    except json.JSONDecodeError as exc:
-                        raise PortError(f"{url} sent a malformed event: {data[:200]}") from exc
-                    if "error" in event:
-                        raise PortError(f"{url} reported an error: {str(event['error'])[:300]}")
-                    choices = event.get("choices") or []
-                    if not choices:
-                        continue
-                    content = (choices[0].get("delta") or {}).get("content")
-                    if content:
-                        yield content
+                if self._streams(request):
+                    async for delta in self._sse(url, resp):
+                        calls += isinstance(delta, ToolCall)
+                        yield delta
+                else:
+                    for delta in self._whole(url, json.loads(await resp.aread())):
+                        calls += isinstance(delta, ToolCall)
+                        yield delta
         except httpx.HTTPError as exc:
             raise PortError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise PortError(f"{url} sent a malformed response: {exc}") from exc
+        if request.tools and request.tool_choice not in ("auto", "none") and not calls:
+            raise PortError(f"{url} returned no tool call although tool_choice was "
+                            f"{request.tool_choice!r}; does the server support tools?")
+
+    @staticmethod
+    async def _sse(url: str, resp: Any) -> AsyncIterator[LLMDelta]:
+        pending: dict[int, _PendingCall] = {}
+        finished = False
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                finished = True
+                break
+            if not data:
+                continue
+            try:
+                event = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise PortError(f"{url} sent a malformed event: {data[:200]}") from exc
+            if "error" in event:
+                raise PortError(f"{url} reported an error: {str(event['error'])[:300]}")
+            choices = event.get("choices") or []
+            if not choices:
+                continue
+            delta = choices[0].get("delta") or {}
+            if delta.get("content"):
+                yield delta["content"]
+            for tc in delta.get("tool_calls") or ():
+                index = int(tc.get("index", 0))
+                for earlier in sorted(i for i in pending if i < index):
+                    yield pending.pop(earlier).done(url)
+                pending.setdefault(index, _PendingCall()).add(tc)
+            if choices[0].get("finish_reason"):
+                finished = True
+                for i in sorted(pending):
+                    yield pending.pop(i).done(url)
+        if not finished:
+            raise PortError(f"{url} ended the stream before [DONE] or a finish reason")
+        for i in sorted(pending):
+            yield pending.pop(i).done(url)
+
+    @staticmethod
+    def _whole(url: str, body: dict[str, Any]) -> list[LLMDelta]:
+        if "error" in body:
+            raise PortError(f"{url} reported an error: {str(body['error'])[:300]}")
+        choices = body.get("choices") or []
+        msg = (choices[0].get("message") or {}) if choices else {}
+        out: list[LLMDelta] = [msg["content"]] if msg.get("content") else []
+        for tc in msg.get("tool_calls") or ():
+            call = _PendingCall()
+            fn = tc.get("function") or {}
+            args = fn.get("arguments")
+            call.add({"id": tc.get("id"), "function": {
+                "name": fn.get("name"),
+                "arguments": args if isinstance(args, str) or args is None else json.dumps(args)}})
+            out.append(call.done(url))
+        return out
 
     async def aclose(self) -> None:
         """Close the HTTP client if this instance created it."""

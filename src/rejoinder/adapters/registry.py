@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,10 +36,15 @@ class LlamaOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model_path: str | None = None
-    n_ctx: int = Field(2048, ge=256)
+    n_ctx: int = Field(4096, ge=256)
     n_threads: int = Field(2, ge=1)
     n_batch: int = Field(256, ge=8)
     seed: int = 0
+    tool_mode: Literal["lazy", "eager"] = "lazy"
+    max_tool_calls: int = Field(1, ge=1)
+    tool_call_tokens: int = Field(128, ge=16)
+    cache_mb: int = Field(512, ge=0)
+    flash_attn: bool = False
 
 
 class OpenAIOptions(BaseModel):
@@ -52,6 +57,8 @@ class OpenAIOptions(BaseModel):
     api_key: str | None = None
     timeout_s: float = Field(30.0, gt=0)
     schema_format: str = "json_schema"
+    prompt_cache_key: bool = False
+    stream_tools: bool = True
 
 
 class EspeakOptions(BaseModel):

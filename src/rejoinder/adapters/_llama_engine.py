@@ -1,0 +1,330 @@
+"""Chat generation with native tool calls on a llama.cpp model (llama-cpp-python ``Llama``).
+
+:class:`ChatEngine` turns an :class:`~rejoinder.ports.LLMRequest` into text deltas and
+:class:`~rejoinder.ports.ToolCall` objects on a given ``Llama``. It takes no lock and keeps no
+per-conversation state: :class:`~rejoinder.adapters.llama_llm.LlamaLLM` (in-process) and the chat
+handler of :mod:`rejoinder.adapters.llama_server` (behind llama-cpp-python's OpenAI-compatible
+server) wrap it, so both behave alike. Prompt format and grammars: :mod:`._toolcall`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..errors import ConfigError
+from ..ports import LLMDelta, LLMRequest, PortError, ToolCall
+from ._kvcache import common_prefix, reuse_shifted
+from ._toolcall import (DECIDE_GRAMMAR, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
+                        SentinelScanner, call_grammar, check_tool_choice, json_complete,
+                        names_grammar, object_plan, parse_calls, render_prompt, value_grammar)
+
+TOOL_MODES = ("lazy", "eager")
+
+
+@dataclass
+class RequestStats:
+    """Token counts of the last request (counts, not times: adapters never time themselves).
+
+    ``prefilled`` is how many prompt tokens were evaluated before the first sampled token, i.e.
+    those not already in the KV cache; ``prompt`` is the prompt's length in tokens; ``shifted``
+    how many cached tokens were moved into place after a dropped span of history."""
+
+    prompt: int = 0
+    prefilled: int = 0
+    shifted: int = 0
+    generated: int = 0
+    tool_calls: int = 0
+
+
+class ChatEngine:
+    """Generates one assistant message on ``llm`` (a ``llama_cpp.Llama``).
+
+    **Tool calling.** ``LLMRequest.tools`` are listed in the system prompt (``tool_prompt``). With
+    ``tool_choice="required"`` or a tool's name the reply starts with ``<tool_call>`` and is
+    sampled under grammars built from the declared tools' schemas, so each call names a declared
+    tool with schema-valid arguments; it is yielded as one ToolCall. ``"none"`` samples text
+    only (the tools stay in the system prompt, so the cached prefix stays the same). ``"auto"``
+    depends on ``tool_mode``:
+
+    - ``"lazy"``: sample freely and stream text at once; only text that may be the start of
+      ``<tool_call>`` is held back. If the model writes the opener, the rest is sampled under the
+      call grammars (the KV cache holds everything so far, so the switch costs a token or two).
+    - ``"eager"``: when the last message is the caller's, first sample ``<tool_call>[`` under a
+      grammar that also allows ``[]`` (no call), as SmolLM2's function-calling data does; an
+      empty list falls back to text. Text replies pay the 6-token opener and one
+      grammar-constrained token before their first token. After a tool result the reply goes
+      on as in lazy mode (SmolLM2-135M would otherwise call again at every step).
+
+    One call per message (``max_tool_calls=1``) is written piece by piece: the JSON structure and
+    argument keys are forced, only the tool name and the argument values are sampled. A call is
+    capped at ``max(request.max_tokens, tool_call_tokens)`` sampled tokens; one cut there is a
+    :class:`PortError`. Sampling: top-k 40, top-p 0.95, min-p 0.05 at ``request.temperature``
+    (greedy at 0), seeded with ``seed`` per request.
+
+    Raises:
+        ConfigError: an unknown ``tool_mode`` or a ``tool_prompt`` without ``{tools}``.
+    """
+
+    def __init__(self, llm: Any, *, seed: int = 0, tool_prompt: str = DEFAULT_TOOL_PROMPT,
+                 tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "lazy",
+                 max_tool_calls: int = 1, tool_call_tokens: int = 128) -> None:
+        if tool_mode not in TOOL_MODES:
+            raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
+                              f"not {tool_mode!r}")
+        if "{tools}" not in tool_prompt:
+            raise ConfigError("tool_prompt must contain '{tools}' (where the tool list goes)")
+        self._llm = llm
+        self.seed = seed
+        self.tool_prompt = tool_prompt
+        self.tool_result_prompt = tool_result_prompt
+        self.tool_mode = tool_mode
+        self.max_tool_calls = max(1, max_tool_calls)
+        self.tool_call_tokens = tool_call_tokens
+        self._gbnf: OrderedDict[str, str] = OrderedDict()
+        self._checked: set[str] = set()
+        self._raw_calls: OrderedDict[tuple[str, ...], str] = OrderedDict()
+        self.last_stats = RequestStats()
+
+    # -- prompt and grammars -------------------------------------------------------------
+    def _grammar(self, gbnf: str) -> Any:
+        """A ``LlamaGrammar`` for ``gbnf``, checked once: llama.cpp parses it again for every
+        request, and a grammar it cannot parse would otherwise sample unconstrained.
+
+        Raises:
+            PortError: llama.cpp rejects the grammar.
+        """
+        from llama_cpp import LlamaGrammar
+        from llama_cpp import llama_cpp as C
+
+        if gbnf not in self._checked:
+            sampler = C.llama_sampler_init_grammar(self._llm._model.vocab, gbnf.encode("utf-8"),
+                                                   b"root")
+            if not sampler:
+                raise PortError(f"llama.cpp rejected the grammar: {gbnf[:300]!r}")
+            C.llama_sampler_free(sampler)
+            self._checked.add(gbnf)
+            if len(self._checked) > 1024:
+                self._checked.clear()
+        return LlamaGrammar.from_string(gbnf, verbose=False)
+
+    def _schema_grammar(self, schema: dict[str, Any]) -> Any:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        key = json.dumps(schema, sort_keys=True)
+        gbnf = self._gbnf.get(key)
+        if gbnf is None:
+            try:
+                gbnf = json_schema_to_gbnf(json.dumps(schema))
+            except Exception as exc:
+                raise PortError(f"cannot build a grammar from the JSON schema: {exc}") from exc
+            self._gbnf[key] = gbnf
+            if len(self._gbnf) > 256:
+                self._gbnf.popitem(last=False)
+        return self._grammar(gbnf)
+
+    def _tokens(self, text: str, bos: bool = True) -> list[int]:
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=bos, special=True)
+
+    def prompt(self, request: LLMRequest) -> str:
+        """The prompt text of ``request`` (ending with the open assistant turn and the prefix)."""
+        return render_prompt(request.messages, request.tools, tool_prompt=self.tool_prompt,
+                             tool_result_prompt=self.tool_result_prompt,
+                             raw_calls=self._raw_calls) + request.prefix
+
+    # -- sampling -----------------------------------------------------------------------------
+    def _pieces(self, tokens: list[int], temperature: float, grammar: Any, max_tokens: int,
+                stop: threading.Event, first: bool) -> Iterator[str]:
+        """Sample after ``tokens`` and yield decoded text pieces until an end-of-generation
+        token, ``max_tokens`` or ``stop``."""
+        from llama_cpp import llama_cpp as C
+
+        llm = self._llm
+        n_ctx = llm.n_ctx()
+        if len(tokens) >= n_ctx:
+            raise PortError(f"the conversation is {len(tokens)} tokens, over the LLM context of "
+                            f"{n_ctx}; raise n_ctx (llama.n_ctx in the config) or shorten the "
+                            f"history")
+        if first:
+            self.last_stats.shifted = reuse_shifted(llm, tokens)
+            lcp = common_prefix(llm.input_ids[: llm.n_tokens], tokens)
+            self.last_stats.prompt = len(tokens)
+            self.last_stats.prefilled = max(1, len(tokens) - lcp)
+        budget = min(max_tokens, n_ctx - len(tokens))
+        vocab = llm._model.vocab
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        gen = llm.generate(tokens, temp=max(0.0, temperature), top_k=40, top_p=0.95, min_p=0.05,
+                           repeat_penalty=1.0, grammar=grammar)
+        try:
+            for n, token in enumerate(gen, 1):
+                if stop.is_set() or C.llama_vocab_is_eog(vocab, token):
+                    break
+                self.last_stats.generated += 1
+                piece = decoder.decode(llm.detokenize([token]))
+                if piece:
+                    yield piece
+                if n >= budget:
+                    break
+        finally:
+            gen.close()
+
+    def _calls(self, head: list[int], request: LLMRequest, stop: threading.Event,
+               allow_empty: bool, first: bool) -> list[ToolCall] | None:
+        """Sample the calls that follow ``head`` (prompt tokens ending with ``<tool_call>``).
+
+        One call per message (the default) is written piece by piece: the JSON structure and the
+        argument keys are forced (evaluated as one prompt batch), only the decision (``]`` or a
+        call), the tool name and each argument value are sampled, each under its own grammar.
+        That samples about a third of the tokens a whole-call grammar samples. With
+        ``max_tool_calls > 1`` the whole list is sampled under :func:`._toolcall.call_grammar`.
+        Returns the calls ([] for an empty list), or None when cancelled.
+        """
+        cap = max(request.max_tokens, self.tool_call_tokens)
+        start = self.last_stats.generated
+        state = {"first": first}
+
+        def sample(text: str, gbnf: str, done: Any) -> str | None:
+            left = cap - (self.last_stats.generated - start)
+            out = ""
+            if left > 0:
+                tokens = head + self._tokens(text, bos=False) if text else head
+                for piece in self._pieces(tokens, request.temperature, self._grammar(gbnf),
+                                          left, stop, state["first"]):
+                    out += piece
+                    if done(out):
+                        state["first"] = False
+                        return out
+            if stop.is_set():
+                return None
+            raise PortError(f"the model's tool call was cut at {cap} tokens: {text + out!r}")
+
+        if self.max_tool_calls > 1:
+            gbnf = call_grammar(request.tools, request.tool_choice, self.max_tool_calls,
+                                allow_empty=allow_empty)
+            raw = sample("", gbnf, lambda o: o.rstrip().endswith(TOOL_CALL_CLOSE))
+        else:
+            raw = self._one_call(request, allow_empty, sample)
+        if raw is None:
+            return None
+        calls = parse_calls(raw, request.tools)
+        if calls:
+            self._raw_calls[tuple(c.id for c in calls)] = raw
+            if len(self._raw_calls) > 4096:
+                self._raw_calls.popitem(last=False)
+        self.last_stats.tool_calls = len(calls)
+        return calls
+
+    @staticmethod
+    def _one_call(request: LLMRequest, allow_empty: bool, sample: Any) -> str | None:
+        """``[{"name": …, "arguments": …}]</tool_call>`` (or ``[]</tool_call>``), forcing what
+        the schemas fix and sampling the rest with ``sample(text_so_far, gbnf, done)``."""
+        if allow_empty:
+            out = sample("[", DECIDE_GRAMMAR, lambda o: o.lstrip("\n")[:1] in ("]", "{"))
+            if out is None:
+                return None
+            if out.lstrip("\n").startswith("]"):
+                return "[]" + TOOL_CALL_CLOSE
+        tools = [t for t in request.tools
+                 if request.tool_choice in ("auto", "required") or t.name == request.tool_choice]
+        text = '[{"name": "'
+        if len(tools) == 1:
+            name = tools[0].name
+        else:
+            out = sample(text, names_grammar([t.name for t in tools]), lambda o: o.endswith('"'))
+            if out is None:
+                return None
+            name = out[:-1]
+        # forced text ends before the space that precedes a value, so the model writes the
+        # space-and-quote token it knows (` "`) instead of continuing an unusual lone space
+        text += f'{name}", "arguments":'
+        schema = next(t for t in tools if t.name == name).parameters
+        plan = object_plan(schema)
+        if plan is None:  # optional or extra properties: sample the whole object
+            out = sample(text, value_grammar(schema, "}", lead=" "),
+                         lambda o: json_complete(o, "}"))
+            if out is None:
+                return None
+            return text + out + "]" + TOOL_CALL_CLOSE
+        text += " {"
+        for i, (key, sub) in enumerate(plan):
+            text += (" " if i else "") + json.dumps(key) + ":"
+            sep = "," if i < len(plan) - 1 else "}"
+            out = sample(text, value_grammar(sub, sep, lead=" "),
+                         lambda o, sep=sep: json_complete(o, sep))
+            if out is None:
+                return None
+            text += out
+        if not plan:
+            text += "}"
+        return text + "}]" + TOOL_CALL_CLOSE
+
+    def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
+              opener: str | None, first: bool) -> Iterator[LLMDelta]:
+        """Stream text after ``prompt``. ``opener="call"``: ``<tool_call>`` switches to the call
+        grammar; ``"stop"``: it ends the reply; None: it is plain text."""
+        grammar = self._schema_grammar(request.json_schema) if request.json_schema else None
+        scanner = SentinelScanner(((TOOL_CALL_OPEN,) if opener else ()) + tuple(request.stop))
+        said = ""
+        for piece in self._pieces(self._tokens(prompt), request.temperature, grammar,
+                                  request.max_tokens, stop, first):
+            safe, hit = scanner.feed(piece)
+            if safe:
+                said += safe
+                yield safe
+            if hit == TOOL_CALL_OPEN and opener == "call":
+                head = self._tokens(prompt + said + TOOL_CALL_OPEN)
+                calls = self._calls(head, request, stop, True, False)
+                if calls:
+                    yield from calls
+                elif calls is not None:  # "[]": the model chose no call after all
+                    yield from self._text(prompt + said, request, stop, opener="stop",
+                                          first=False)
+                return
+            if hit is not None:
+                return
+        if not stop.is_set():
+            tail = scanner.flush()
+            if tail:
+                yield tail
+
+    @staticmethod
+    def _after_user(request: LLMRequest) -> bool:
+        """Eager decisions are taken on a caller's message only: after a tool result (or an
+        assistant prefix) the reply goes on lazily, else a small model calls again and again."""
+        return bool(request.messages) and request.messages[-1].role == "user" and not request.prefix
+
+    def generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[LLMDelta]:
+        """Yield the reply's text deltas and ToolCalls; stop before the next token once ``stop``
+        is set. The caller serialises calls (one ``Llama`` context).
+
+        Raises:
+            PortError: llama.cpp failed, a bad schema or ``tool_choice``, a call cut by its
+                token budget, or a conversation longer than the context.
+        """
+        check_tool_choice(request.tools, request.tool_choice)
+        prompt = self.prompt(request)
+        choice = request.tool_choice if request.tools else "none"
+        self.last_stats = RequestStats()
+        try:
+            self._llm.set_seed(self.seed)
+            if choice not in ("auto", "none"):
+                head = self._tokens(prompt + TOOL_CALL_OPEN)
+                yield from self._calls(head, request, stop, False, True) or ()
+            elif choice == "auto" and self.tool_mode == "eager" and self._after_user(request):
+                head = self._tokens(prompt + TOOL_CALL_OPEN)
+                calls = self._calls(head, request, stop, True, True)
+                if calls:
+                    yield from calls
+                elif calls is not None:
+                    yield from self._text(prompt, request, stop, opener="stop", first=False)
+            else:
+                yield from self._text(prompt, request, stop,
+                                      opener="call" if choice == "auto" else None, first=True)
+        except PortError:
+            raise
+        except Exception as exc:
+            raise PortError(f"llama.cpp failed: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,189 @@
+"""The embedded llama.cpp adapter: per-conversation KV-cache reuse, prefix stability across tool
+calls, tool modes and errors (real SmolLM2 model; token counts, never wall-clock)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rejoinder.errors import ConfigError
+from rejoinder.ports import ChatMessage, LLMRequest, PortError, ToolCall
+
+from tool_cases import SUPPORT, TOOLS, assert_valid_call
+
+
+async def _run(llm, req: LLMRequest) -> list:
+    return [d async for d in llm.stream(req)]
+
+
+def _new_tokens(llm, before: str, after: str) -> int:
+    """Tokens of ``after`` beyond the prompt ``before`` (minus its open assistant turn)."""
+    head = before[: before.rindex("<|im_start|>assistant\n")]
+    assert after.startswith(head)
+    return len(llm._llm.tokenize(after[len(head):].encode(), add_bos=False, special=True))
+
+
+async def test_conversations_keep_their_kv_cache_when_interleaved(llama_llm):
+    """Call B's request between two turns of call A does not evict A's cache: A's next turn
+    prefills only its new tokens."""
+    other = ChatMessage("system", "You are a pizza shop's phone agent. Menu: margherita, "
+                                  "pepperoni, veggie. Answer in one sentence. " * 3)
+    a = [SUPPORT, ChatMessage("user", "Hello, I have a question about my order.")]
+    b = [other, ChatMessage("user", "Do you deliver to Main Street?")]
+    reply = "".join(await _run(llama_llm, LLMRequest(tuple(a), tools=TOOLS, max_tokens=16,
+                                                     temperature=0.0, cache_key="A")))
+    await _run(llama_llm, LLMRequest(tuple(b), max_tokens=8, temperature=0.0, cache_key="B"))
+    restores = llama_llm.cache.stats.restores
+    before = llama_llm.engine.prompt(LLMRequest(tuple(a), tools=TOOLS))
+    a += [ChatMessage("assistant", reply), ChatMessage("user", "It is order 4217.")]
+    req = LLMRequest(tuple(a), tools=TOOLS, max_tokens=4, temperature=0.0, cache_key="A")
+    await _run(llama_llm, req)
+    stats = llama_llm.last_stats
+    new = _new_tokens(llama_llm, before, llama_llm.engine.prompt(req))
+    assert llama_llm.cache.stats.restores == restores + 1
+    assert stats.prompt > 250 and stats.prefilled <= new + 2, (stats, new)
+    # B comes back: its state is restored too
+    b += [ChatMessage("assistant", "Yes."), ChatMessage("user", "Great.")]
+    await _run(llama_llm, LLMRequest(tuple(b), max_tokens=4, temperature=0.0, cache_key="B"))
+    assert llama_llm.last_stats.prefilled < llama_llm.last_stats.prompt // 3
+    llama_llm.forget("A")
+    llama_llm.forget("B")
+    assert "A" not in llama_llm.cache.stats.keys or llama_llm.cache._saved.get("A") is None
+
+
+async def test_keyless_requests_and_warmup_do_not_evict_a_keyed_call(llama_llm):
+    """A warm-up or a request without a key saves the current call's state first."""
+    import asyncio
+
+    a = [SUPPORT, ChatMessage("user", "Hello, I have a question about my order.")]
+    await _run(llama_llm, LLMRequest(tuple(a), tools=TOOLS, max_tokens=4, temperature=0.0,
+                                     cache_key="K"))
+    before = llama_llm.engine.prompt(LLMRequest(tuple(a), tools=TOOLS))
+    await asyncio.to_thread(llama_llm.warmup, "You sell pizza. " * 10)
+    await _run(llama_llm, LLMRequest((ChatMessage("user", "Hi"),), max_tokens=2))
+    a += [ChatMessage("assistant", "Sure."), ChatMessage("user", "It is order 4217.")]
+    req = LLMRequest(tuple(a), tools=TOOLS, max_tokens=2, temperature=0.0, cache_key="K")
+    await _run(llama_llm, req)
+    new = _new_tokens(llama_llm, before, llama_llm.engine.prompt(req))
+    assert llama_llm.last_stats.prefilled <= new + 4, llama_llm.last_stats
+    llama_llm.forget("K")
+
+
+async def test_without_cache_key_another_call_evicts_the_prefix(llama_llm):
+    """The control for the test above: with no key, B's request replaces A's tokens and A's
+    next turn re-prefills the part after the shared system prompt."""
+    other = ChatMessage("system", "You are a pizza shop's phone agent. " * 6)
+    a = [SUPPORT, ChatMessage("user", "Hello, I have a question about my order.")]
+    await _run(llama_llm, LLMRequest(tuple(a), tools=TOOLS, max_tokens=4, temperature=0.0))
+    await _run(llama_llm, LLMRequest((other, ChatMessage("user", "Hi")), max_tokens=4,
+                                     temperature=0.0))
+    a += [ChatMessage("assistant", "Sure."), ChatMessage("user", "It is order 4217.")]
+    await _run(llama_llm, LLMRequest(tuple(a), tools=TOOLS, max_tokens=4, temperature=0.0))
+    assert llama_llm.last_stats.prefilled > llama_llm.last_stats.prompt // 2
+
+
+async def test_windowed_history_shifts_the_kept_turns_into_place(llama_llm):
+    """When the oldest turns are dropped after the system prompt (a history window), the kept
+    turns' KV entries are shifted into place: only the new turn is prefilled."""
+    turns = [("Hi, I'm calling about the order I placed last week for two bottles of "
+              "shampoo and a hair dryer.", "Sure, I can help with your order."),
+             ("It was supposed to arrive on Monday but nothing came, and the tracking page "
+              "says it is still being processed.", "I understand, let me look into it."),
+             ("Also, I would like to know whether my haircut appointment is still on "
+              "Thursday afternoon at three.", "Let me check your appointments.")]
+    full = [SUPPORT]
+    for say, reply in turns:
+        full += [ChatMessage("user", say), ChatMessage("assistant", reply)]
+    req = LLMRequest((*full, ChatMessage("user", "Thanks.")), tools=TOOLS, max_tokens=2,
+                     temperature=0.0, cache_key="W")
+    await _run(llama_llm, req)
+    window = [SUPPORT, *full[3:], ChatMessage("user", "Thanks."),
+              ChatMessage("assistant", "You're welcome."), ChatMessage("user", "Bye.")]
+    await _run(llama_llm, LLMRequest(tuple(window), tools=TOOLS, max_tokens=2, temperature=0.0,
+                                     cache_key="W"))
+    stats = llama_llm.last_stats
+    assert stats.shifted >= 40, stats
+    assert stats.prefilled <= 24, stats  # the last reply and "Bye.", not the kept turns
+    llama_llm.forget("W")
+
+
+async def test_history_with_a_tool_call_reuses_the_cache(llama_llm):
+    """The call is rendered back exactly as generated, so the turn after a tool result only
+    prefills the result and the new assistant turn."""
+    msgs = [SUPPORT, ChatMessage("user", "Can you check order 4217?")]
+    req = LLMRequest(tuple(msgs), tools=TOOLS, tool_choice="required", temperature=0.0,
+                     cache_key="T")
+    calls = await _run(llama_llm, req)
+    assert len(calls) == 1 and isinstance(calls[0], ToolCall)
+    assert_valid_call(calls[0])
+    before = llama_llm.engine.prompt(req)
+    msgs += [ChatMessage("assistant", "", tool_calls=(calls[0],)),
+             ChatMessage("tool", json.dumps({"status": "shipped"}), tool_call_id=calls[0].id)]
+    nxt = LLMRequest(tuple(msgs), tools=TOOLS, temperature=0.0, max_tokens=4, cache_key="T")
+    await _run(llama_llm, nxt)
+    new = _new_tokens(llama_llm, before, llama_llm.engine.prompt(nxt))
+    call_tokens = len(llama_llm._llm.tokenize(
+        ("<tool_call>" + json.dumps([{"name": calls[0].name,
+                                      "arguments": calls[0].arguments}])).encode(),
+        add_bos=False, special=True))
+    # at most the call's own last tokens (sampled, not yet evaluated) plus the new turns
+    assert llama_llm.last_stats.prefilled <= new - call_tokens + 8, llama_llm.last_stats
+    llama_llm.forget("T")
+
+
+async def test_required_call_samples_only_names_and_values(llama_llm):
+    """Keys and JSON punctuation are forced: a lookup_order call samples its name and a 4-digit
+    value, far fewer tokens than the ≈30 of the whole call."""
+    req = LLMRequest((SUPPORT, ChatMessage("user", "Check order 4217 please.")), tools=TOOLS,
+                     tool_choice="required", temperature=0.0)
+    calls = await _run(llama_llm, req)
+    assert calls and calls[0].name == "lookup_order"
+    assert llama_llm.last_stats.generated <= 14, llama_llm.last_stats
+
+
+async def test_eager_mode_yields_a_call_or_plain_text(llama_llm):
+    llama_llm.tool_mode = "eager"
+    try:
+        for say in ("Hello.", "What appointments do I have?"):
+            out = await _run(llama_llm, LLMRequest((SUPPORT, ChatMessage("user", say)),
+                                                   tools=TOOLS, temperature=0.0, max_tokens=24))
+            calls = [d for d in out if isinstance(d, ToolCall)]
+            text = "".join(d for d in out if isinstance(d, str))
+            assert out and "<tool_call>" not in text
+            for c in calls:
+                assert_valid_call(c)
+    finally:
+        llama_llm.tool_mode = "lazy"
+
+
+async def test_lazy_mode_switches_to_the_call_grammar_when_the_model_opens_a_call(llama_llm):
+    """With the opener as the reply's prefix the model is in the call; lazy mode must turn the
+    rest into a valid ToolCall (never stream the markup as text)."""
+    few_shot = ChatMessage("system", SUPPORT.content + "\n\nExample:\nCaller: Check order 1234."
+                           '\nYou: <tool_call>[{"name": "lookup_order", "arguments": '
+                           '{"order_id": "1234"}}]</tool_call>')
+    req = LLMRequest((few_shot, ChatMessage("user", "Check order 4217.")), tools=TOOLS,
+                     temperature=0.0, max_tokens=48)
+    out = await _run(llama_llm, req)
+    text = "".join(d for d in out if isinstance(d, str))
+    assert "<tool_call>" not in text and "</tool_call>" not in text
+    for c in out:
+        if isinstance(c, ToolCall):
+            assert_valid_call(c)
+
+
+async def test_context_overflow_is_a_clear_port_error(llama_llm):
+    req = LLMRequest((ChatMessage("user", "word " * 5000),), max_tokens=4)
+    with pytest.raises(PortError, match="over the LLM context of 4096; raise n_ctx"):
+        await _run(llama_llm, req)
+
+
+def test_bad_options_are_config_errors(llama_llm):
+    from rejoinder.adapters._llama_engine import ChatEngine
+
+    with pytest.raises(ConfigError, match="tool_mode"):
+        llama_llm.tool_mode = "psychic"
+    with pytest.raises(ConfigError, match="'{tools}'"):
+        ChatEngine(llama_llm._llm, tool_prompt="no placeholder")
+    assert llama_llm.tool_mode == "lazy"

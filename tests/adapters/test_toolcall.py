@@ -1,0 +1,172 @@
+"""Tool-call prompt rendering, grammars, parsing and the sentinel scanner (pure, no model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rejoinder.adapters._toolcall import (DEFAULT_SYSTEM, TOOL_CALL_OPEN, SentinelScanner,
+                                          call_grammar, check_tool_choice, flatten_result,
+                                          json_complete, names_grammar, object_plan, parse_calls,
+                                          render_prompt, tools_json, value_grammar)
+from rejoinder.ports import ChatMessage, PortError, ToolCall, ToolSchema
+
+ORDER = ToolSchema("lookup_order", "Look up an order.",
+                   {"type": "object", "title": "LookupOrder",
+                    "properties": {"order_id": {"type": "string", "title": "Order Id",
+                                                "pattern": "^[0-9]{4}$"}},
+                    "required": ["order_id"]})
+LIST = ToolSchema("list_appointments", "List appointments.", {"type": "object", "properties": {}})
+MOVE = ToolSchema("reschedule_appointment", "Move one.",
+                  {"type": "object",
+                   "properties": {"appointment_id": {"type": "integer"},
+                                  "day": {"type": "string", "enum": ["Monday", "Friday"]}},
+                   "required": ["appointment_id", "day"]})
+TOOLS = (ORDER, LIST, MOVE)
+
+
+def test_tools_json_drops_titles_and_keeps_order():
+    listed = json.loads(tools_json(TOOLS))
+    assert [t["name"] for t in listed] == ["lookup_order", "list_appointments",
+                                           "reschedule_appointment"]
+    assert "title" not in json.dumps(listed)
+    assert listed[0]["parameters"]["properties"]["order_id"]["pattern"] == "^[0-9]{4}$"
+
+
+def test_render_prompt_with_tools_calls_and_results():
+    call = ToolCall("call_1", "lookup_order", {"order_id": "4217"})
+    msgs = [ChatMessage("system", "Be brief."), ChatMessage("user", "Check 4217."),
+            ChatMessage("assistant", "", tool_calls=(call,)),
+            ChatMessage("tool", json.dumps({"status": "shipped", "eta": "Friday"}),
+                        tool_call_id="call_1")]
+    p = render_prompt(msgs, TOOLS)
+    assert p.startswith("<|im_start|>system\nBe brief.\n\nYou have access to the following tools:")
+    assert f"<tools>{tools_json(TOOLS)}</tools>" in p
+    assert ('<|im_start|>assistant\n<tool_call>[{"name": "lookup_order", "arguments": '
+            '{"order_id": "4217"}}]</tool_call><|im_end|>\n') in p
+    assert ("<|im_start|>system\nlookup_order result: status: shipped, eta: Friday. Tell the "
+            "caller what it says, in one short sentence.<|im_end|>\n") in p
+    assert p.endswith("<|im_start|>assistant\n")
+    # the exact text the model generated wins over the canonical JSON (KV-cache prefix match)
+    raw = '[{"name": "lookup_order", "arguments": {"order_id":"4217"}}]</tool_call>'
+    assert TOOL_CALL_OPEN + raw in render_prompt(msgs, TOOLS, raw_calls={("call_1",): raw})
+
+
+def test_render_prompt_default_system_and_no_tools():
+    p = render_prompt([ChatMessage("user", "hi")])
+    assert p == (f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+                 "<|im_start|>assistant\n")
+
+
+def test_render_prompt_is_append_only():
+    """Each turn's prompt starts with the previous turn's prompt minus its open assistant turn:
+    what makes the KV cache reusable across a call."""
+    msgs = [ChatMessage("system", "S"), ChatMessage("user", "a")]
+    before = render_prompt(msgs, TOOLS)
+    msgs += [ChatMessage("assistant", "b"), ChatMessage("user", "c")]
+    after = render_prompt(msgs, TOOLS)
+    assert after.startswith(before) and after != before
+
+
+def test_flatten_result():
+    assert flatten_result('{"order_id": "4217", "items": [{"a": 1}, {"a": 2}], "x": []}') == \
+        "order id: 4217, items: a: 1; a: 2, x: none"
+    assert flatten_result("plain text") == "plain text"
+    assert flatten_result("42") == "42"
+
+
+def test_check_tool_choice():
+    for ok in ("auto", "none", "required", "lookup_order"):
+        check_tool_choice(TOOLS, ok)
+    check_tool_choice((), "auto")
+    with pytest.raises(PortError, match="not one of the declared tools: lookup_order"):
+        check_tool_choice(TOOLS, "cancel_everything")
+    with pytest.raises(PortError, match="needs tools"):
+        check_tool_choice((), "required")
+
+
+def test_call_grammar_shapes():
+    g = call_grammar(TOOLS, "required")
+    assert g.startswith('root ::= "[" "\\n"? call "\\n"? "]" "</tool_call>"')
+    for name in ("lookup_order", "list_appointments", "reschedule_appointment"):
+        assert f'\\"{name}\\"' in g
+    assert 'space ::= ""' in g and ' space ":" space' not in g
+    one = call_grammar(TOOLS, "list_appointments")
+    assert "lookup_order" not in one and "list_appointments" in one
+    empty_ok = call_grammar(TOOLS, "auto", 2, allow_empty=True)
+    assert empty_ok.startswith('root ::= "[" ( "]" | ') and "{0,1}" in empty_ok
+
+
+def test_value_and_names_grammar():
+    g = value_grammar({"type": "string", "pattern": "^[0-9]{4}$"}, ",", lead=" ")
+    assert g.startswith('root ::= " " arg ","\n') and "[0-9]" in g
+    free = value_grammar({"type": "string"}, "}")
+    assert free.count("(char") == 64  # free text is bounded (MAX_FREE_STRING)
+    assert "\\x00-\\x1F" in free  # and holds no raw control characters
+    assert value_grammar({"type": "integer"}, "}").startswith('root ::= integer "}"')
+    assert value_grammar({"type": "integer", "minimum": 1, "maximum": 9999}, "}") == \
+        'root ::= ("0" | [1-9] [0-9]{0,3}) "}"\n'
+    assert names_grammar(["a", 'b"c']) == 'root ::= ("a" | "b\\"c") "\\""\n'
+
+
+def test_object_plan():
+    assert object_plan(ORDER.parameters) == [("order_id", {"type": "string",
+                                                           "pattern": "^[0-9]{4}$"})]
+    assert object_plan(LIST.parameters) == []
+    optional = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert object_plan(optional) is None
+    assert object_plan({**MOVE.parameters, "additionalProperties": True}) is None
+
+
+def test_json_complete():
+    assert json_complete('"4217", ', ", ")
+    assert not json_complete('"42, ', ", ")  # the comma is inside an open string
+    assert json_complete("12}", "}") and not json_complete("1", "}")
+    assert json_complete('{"a": [1, 2]}', "") and not json_complete('{"a": [1, 2]', "")
+
+
+def test_parse_calls():
+    calls = parse_calls('[{"name": "lookup_order", "arguments": {"order_id": "4217"}}]</tool_call>',
+                        TOOLS)
+    assert [(c.name, c.arguments) for c in calls] == [("lookup_order", {"order_id": "4217"})]
+    assert calls[0].id.startswith("call_")
+    assert parse_calls("[]</tool_call>", TOOLS) == []
+    with pytest.raises(PortError, match="undeclared tool 'rm_rf'"):
+        parse_calls('[{"name": "rm_rf", "arguments": {}}]', TOOLS)
+    with pytest.raises(PortError, match="not valid JSON"):
+        parse_calls('[{"name": "lookup_order", "arguments": {"order_id": "42', TOOLS)
+    with pytest.raises(PortError, match="'lookup_order' are not a JSON object"):
+        parse_calls('[{"name": "lookup_order", "arguments": [1]}]', TOOLS)
+
+
+def test_sentinel_scanner_holds_back_split_opener():
+    s = SentinelScanner([TOOL_CALL_OPEN])
+    assert s.feed("Let me check. <") == ("Let me check. ", None)
+    assert s.feed("tool_") == ("", None)
+    assert s.feed("call>[{") == ("", TOOL_CALL_OPEN)
+    s = SentinelScanner([TOOL_CALL_OPEN, "\n\n"])
+    assert s.feed("a < b") == ("a < b", None)  # "<" followed by a space cannot be the opener
+    assert s.feed(" and <t") == (" and ", None)
+    assert s.flush() == "<t"
+    assert s.feed("end\n\nmore") == ("end", "\n\n")
+
+
+@given(st.lists(st.sampled_from(["a", "<", "tool", "_", "call", ">", "x<tool_c", " "]),
+                max_size=12))
+def test_sentinel_scanner_never_loses_or_leaks_text(pieces):
+    """Whatever the split, the text shown is exactly the text before the first sentinel."""
+    s = SentinelScanner([TOOL_CALL_OPEN])
+    shown, hit = "", None
+    for p in pieces:
+        safe, hit = s.feed(p)
+        shown += safe
+        if hit:
+            break
+    if not hit:
+        shown += s.flush()
+    full = "".join(pieces)
+    expect = full.split(TOOL_CALL_OPEN)[0]
+    assert shown == expect and (hit is not None) == (TOOL_CALL_OPEN in full)
