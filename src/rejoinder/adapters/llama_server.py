@@ -134,7 +134,7 @@ def start(port: int = 0, model_path: str | Path | None = None, *, host: str = "1
 
     for mod in _SERVER_DEPS:
         if importlib.util.find_spec(mod) is None:
-            raise MissingExtra("llama_cpp.server", "llama-cpp-python[server]==0.3.36")
+            raise MissingExtra("llama_cpp.server", "rejoinder[llm-server]")
     port = port or free_port(host)
     cmd = command(port, model_path, host=host, n_ctx=n_ctx, n_threads=n_threads,
                   n_batch=n_batch, chat_format=chat_format, tool_mode=tool_mode, extra=extra)

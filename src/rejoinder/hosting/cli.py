@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from typing import Optional
 
 import typer
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
         from ..cliout import console as make_console
         from ..cliout import error, plain
         from ..errors import RejoinderError
+        from ..ports import PortError
         from .wire import ServerFaults
 
         console = make_console(stderr=True)
@@ -83,6 +85,9 @@ def register(app: typer.Typer) -> None:
         except RejoinderError as exc:
             error(console, exc)
             raise typer.Exit(2)
+        except PortError as exc:
+            error(console, f"the {stage} server failed: {exc}")
+            raise typer.Exit(1)
         except OSError as exc:
             error(console, f"cannot listen on {host}:{port}: {exc}")
             raise typer.Exit(2)
@@ -160,12 +165,31 @@ async def _serve(stage, protocol, host, port, engine, api_key, endpoint_name, re
 
 
 def _serve_llm(host: str, port: int) -> None:
-    """The LLM over the OpenAI chat API: llama.cpp's server (llama-cpp-python) with tool calling,
-    started by :mod:`rejoinder.adapters.llama_server`."""
+    """The LLM over the OpenAI chat API: llama-cpp-python's server (``llama_cpp.server``) with
+    rejoinder's tool-calling chat format, as a child process (:mod:`rejoinder.adapters.llama_server`).
+    Prints ``ready http://HOST:PORT/v1`` once ``/v1/models`` answers; SIGTERM/SIGINT stop both.
+
+    Raises:
+        MissingExtra: ``llama-cpp-python[server]``'s dependencies are not installed.
+        PortError: the server exited or never answered (the message carries its log's tail).
+    """
+    from ..adapters import llama_server
+
+    server = llama_server.start(port, host=host)
+    stopped = {"sig": False}
+
+    def _stop(*_):
+        stopped["sig"] = True
+    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from ..adapters import llama_server  # type: ignore[attr-defined]
-    except ImportError:
-        from ..errors import ConfigError
-        raise ConfigError("serving the LLM needs rejoinder.adapters.llama_server (the llama.cpp "
-                          "server with tool calling), which this build does not have yet") from None
-    llama_server.serve(host=host, port=port)  # pragma: no cover — wired when that module lands
+        _say(f"ready {server.base_url}")
+        while not stopped["sig"] and server.process.poll() is None:
+            time.sleep(0.2)
+        if server.process.poll() is not None and not stopped["sig"]:
+            from ..ports import PortError
+            raise PortError(f"llama_cpp.server exited with code {server.process.returncode}: "
+                            f"{server.log_tail()}")
+    finally:
+        server.stop()
+        for sig, h in old.items():
+            signal.signal(sig, h)
