@@ -48,11 +48,13 @@ def test_managed_endpoint_comparison_end_to_end(tmp_path):
     [run] = cmp["runs"]
     assert run["label"] == "managed-tts@loopback" and run["status"] == "finished"
     assert run["turns"] >= 1 and run["segments_sum_max_dev_ms"] <= 1.0
-    assert run["cold_start_ms"]["tts"] > 0 and run["cold_start_ms"]["stt"] > 0
-    assert {"agent", "tts", "stt"} <= set(run["resources"]) and run["resources"]["tts"]["rss_peak_mb"] > 50
+    assert run["cold_start_ms"]["tts"] > 0 and run["cold_start_ms"]["stt"] > 0 and run["cold_start_ms"]["llm"] > 0
+    assert {"agent", "tts", "stt", "llm"} <= set(run["resources"]) and run["resources"]["tts"]["rss_peak_mb"] > 50
+    assert run["resources"]["llm"]["cpu_s"] > 0  # llama.cpp's server process wrote the replies
     cond = open_store(store).run(run["run_id"])["conditions"]
     assert cond["hosting"] == "managed-tts" and cond["network"] == "loopback"
     assert cond["config"]["stack"]["tts"] == "sagemaker" and cond["config"]["stack"]["stt"] == "cartesia"
+    assert cond["config"]["stack"]["llm"] == "openai" and cond["hosting_arrangement"]["llm_hosting"] != "in-process"
     assert cond["config"]["stack"]["sagemaker"]["aws_secret_access_key"] == "<redacted>"
     assert "<redacted>" in cond["servers"]["stt"]["args"]  # the API key is not stored
     assert cond["network_profile"]["rtt_ms"] == 0 and cond["network_profile"]["measured_rtt"]["n"] == 40

@@ -4,8 +4,9 @@ The same agent, configuration and scenarios run under each arrangement; only the
 where the models run change:
 
 * ``in-process`` — every model loaded in the agent process (the embedded default);
-* ``servers`` — STT behind a Cartesia-Ink-protocol server and TTS behind a Cartesia-Sonic-protocol
-  server (``rejoinder models serve``), each its own process, the agent speaking the protocols;
+* ``servers`` — STT behind a Cartesia-Ink-protocol server, TTS behind a Cartesia-Sonic-protocol
+  server and the LLM behind llama.cpp's OpenAI-compatible server (``rejoinder models serve``), each
+  its own process, the agent speaking the protocols;
 * ``managed-tts`` — as ``servers``, but TTS through the SageMaker-shaped managed endpoint (one
   signed HTTP request and one new stream per utterance, no continuation, event-stream framing).
 
@@ -35,13 +36,14 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..hosting.network import Link, NetworkProfile, PROFILES, preflight, profile as get_profile
-from ..hosting.servers import ServerProcess, probe_stt, probe_tts, socket_rtt_ms
+from ..hosting.servers import ServerProcess, probe_llm, probe_stt, probe_tts, socket_rtt_ms
 
 ARRANGEMENTS = {
     "in-process": "every model in the agent process",
-    "servers": "STT and TTS model servers (Cartesia Ink / Sonic WebSocket protocols); LLM in the agent",
-    "managed-tts": "STT server (Cartesia Ink); TTS through a SageMaker-shaped response stream "
-                   "(one request per utterance); LLM in the agent",
+    "servers": "STT, TTS and LLM model servers (Cartesia Ink / Sonic WebSocket protocols, "
+               "OpenAI chat API on llama.cpp's server)",
+    "managed-tts": "STT server (Cartesia Ink) and LLM server (OpenAI chat API); TTS through a "
+                   "SageMaker-shaped response stream (one request per utterance)",
 }
 # The TTS stream dies mid-sentence in half of the requests (≈400 ms into the audio on servers).
 FAILURES = {"in-process": "tts:drop@0%0.5", "servers": "tts:drop@4%0.5", "managed-tts": "tts:error@20%0.5"}
@@ -105,10 +107,10 @@ class Deployment:
         return self.link.server_ip if self.link else "127.0.0.1"
 
     def _port(self, k: int) -> int:
-        """Port of server ``k`` (0 STT, 1 TTS): fixed inside a namespace of our own, free ones
-        on this host's loopback."""
+        """Port of server ``k`` (0 STT, 1 TTS, 2 LLM): fixed inside a namespace of our own, free
+        ones on this host's loopback."""
         if not hasattr(self, "_ports"):
-            self._ports = [BASE_PORT + k for k in range(2)] if self.link else [_free_port(), _free_port()]
+            self._ports = [BASE_PORT + k for k in range(3)] if self.link else [_free_port() for _ in range(3)]
         return self._ports[k]
 
     async def __aenter__(self) -> "Deployment":
@@ -135,10 +137,12 @@ class Deployment:
                                                      "--port", str(self._port(1)), *fault], prefix,
                                     env={"AWS_ACCESS_KEY_ID": self.aws[0], "AWS_SECRET_ACCESS_KEY": self.aws[1]},
                                     log_path=str(self.logs / f"{self.index}-tts.log"))
-            self.servers = {"stt": stt, "tts": tts}
+            llm = ServerProcess("llm-server", ["llm", "--host", self.host, "--port", str(self._port(2))], prefix,
+                                log_path=str(self.logs / f"{self.index}-llm.log"))
+            self.servers = {"stt": stt, "tts": tts, "llm": llm}
             for srv in self.servers.values():
                 self._stack.callback(srv.stop)
-            await asyncio.gather(stt.start(), tts.start())
+            await asyncio.gather(stt.start(), tts.start(), llm.start())
             await self._probe()
         except BaseException:
             await self._stack.aclose()
@@ -163,7 +167,7 @@ class Deployment:
                         continue
             self.servers[kind].first_answer()
             await port.aclose()
-        await asyncio.gather(first("stt", probe_stt), first("tts", probe_tts))
+        await asyncio.gather(first("stt", probe_stt), first("tts", probe_tts), first("llm", probe_llm))
         url = f"ws://{self.host}:{self._port(0)}/stt/websocket?model=ink-whisper&encoding=pcm_s16le&sample_rate=16000"
         samples = await socket_rtt_ms(url, self.key, n=40)
         self.rtt = {"socket": "stt-server WebSocket ping", "n": len(samples),
@@ -179,6 +183,8 @@ class Deployment:
         stack = stack.model_copy(deep=True)
         if self.plan.arrangement == "in-process":
             return stack
+        stack.llm = "openai"
+        stack.openai.base_url, stack.openai.model = f"http://{self.host}:{self._port(2)}/v1", "smollm2"
         stack.stt = "cartesia"
         stack.cartesia_stt.base_url, stack.cartesia_stt.api_key = f"ws://{self.host}:{self._port(0)}", self.key
         if self.plan.arrangement == "servers":
@@ -191,7 +197,16 @@ class Deployment:
         return stack
 
     def processes(self) -> dict[str, int]:
+        import psutil
+
         out = {name: s.pid for name, s in self.servers.items() if s.pid}
+        if out.get("llm"):  # `models serve llm` supervises llama.cpp's server: measure that child
+            try:
+                kids = psutil.Process(out["llm"]).children()
+                if kids:
+                    out["llm"] = kids[0].pid
+            except psutil.Error:
+                pass
         if self.link is not None and self.link.relay_pid:
             out["delayline"] = self.link.relay_pid
         return out
@@ -204,7 +219,8 @@ class Deployment:
         if self.rtt:
             net["measured_rtt"] = self.rtt
         return {"hosting_arrangement": {"name": p.arrangement, "description": ARRANGEMENTS[p.arrangement],
-                                        "llm_hosting": "in-process", "failure": p.failure},
+                                        "llm_hosting": "in-process" if p.arrangement == "in-process"
+                                        else "llama.cpp OpenAI server", "failure": p.failure},
                 "network_profile": net,
                 "servers": {n: s.describe() for n, s in self.servers.items()}}
 
@@ -223,7 +239,7 @@ class _Warmed:
         t0 = time.perf_counter()
         await self.agent.warmup()
         stack = self.agent.models
-        for port in (stack.stt, stack.tts):
+        for port in (stack.stt, stack.tts, stack.llm):
             connect = getattr(port, "connect", None)
             if connect is not None:
                 await connect()
@@ -234,7 +250,7 @@ class _Warmed:
 
     async def close(self) -> None:
         stack = self.agent.models
-        for port in (stack.stt, stack.tts) if stack else ():
+        for port in (stack.stt, stack.tts, stack.llm) if stack else ():
             close = getattr(port, "aclose", None)
             if close is not None:
                 await close()

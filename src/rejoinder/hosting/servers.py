@@ -167,6 +167,16 @@ async def probe_stt(stt: Any) -> float:
     return 1000.0 * (time.perf_counter() - t0)
 
 
+async def probe_llm(llm: Any) -> float:
+    """Time (ms) to the first token of a one-line chat request through ``llm`` (an adapter)."""
+    from ..ports import ChatMessage, LLMRequest
+
+    t0 = time.perf_counter()
+    async for _ in llm.stream(LLMRequest(messages=(ChatMessage("user", "Say ready."),), max_tokens=2)):
+        break
+    return 1000.0 * (time.perf_counter() - t0)
+
+
 async def socket_rtt_ms(url: str, api_key: str, n: int = 30) -> list[float]:
     """Round trips (ms) of ``n`` WebSocket pings on a model server's socket (``ws://…`` with the
     path of a Cartesia endpoint): what the network adds shows up here with nothing else."""
