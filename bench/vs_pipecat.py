@@ -204,9 +204,13 @@ def main() -> None:
     procs: list[subprocess.Popen] = []
     try:
         with ToolServer(args.agent) as tools:
-            llm = start([sys.executable, "-m", "llama_cpp.server", "--model", paths["gguf"], "--model_alias",
-                         "smollm2-135m", "--host", "127.0.0.1", "--port", str(ports["llm"]), "--n_ctx", "2048",
-                         "--chat_format", "chatml-function-calling", "--verbose", "False"], args.out / "llm.log")
+            # llama.cpp's OpenAI server with rejoinder's tool-calling chat format: the same prompt
+            # format, grammar-constrained tool calls and sampling as rejoinder's in-process LLM, and
+            # tool calls streamed under tool_choice "auto" (llama-cpp-python's own
+            # chatml-function-calling cannot stream them, so Pipecat would lose its tools)
+            llm = start([sys.executable, "-m", "rejoinder.adapters.llama_server", "--model", paths["gguf"],
+                         "--model_alias", "smollm2-135m", "--host", "127.0.0.1", "--port", str(ports["llm"]),
+                         "--verbose", "False"], args.out / "llm.log")
             procs.append(llm)
             wait_http(f"http://127.0.0.1:{ports['llm']}/v1/models", "llama.cpp server", llm)
             why = streams_tool_calls(f"http://127.0.0.1:{ports['llm']}/v1", agent) if agent["tools"] else None

@@ -28,7 +28,8 @@ def _transcripts() -> dict[str, str]:
 def asterisk():
     """``asterisk(name) -> (float32 16 kHz audio, transcript)`` for an Asterisk prompt."""
     if not SOUNDS.is_dir() or not TRANSCRIPTS.is_file():
-        pytest.skip("Asterisk sound prompts (asterisk-core-sounds-en) are not installed")
+        pytest.fail("the Asterisk sound prompts are missing: install the Debian packages "
+                    "asterisk-core-sounds-en and asterisk-core-sounds-en-wav (scripts/setup.sh does)")
     from rejoinder.audio_io import load_audio, resample
 
     texts = _transcripts()

@@ -95,7 +95,9 @@ async def play(link: Link, turns: list[RenderedTurn], *, tail_ms: float = 2500.0
         TargetError: the connection could not be opened at all.
     """
     clock, jb = link.clock, link.jb
-    caller = SimulatedCaller(turns, tail_ms=tail_ms)
+    # a target may open the call with a greeting: the first turn waits until it has been heard
+    # (or starts 3.5 s in when none comes), as a caller would
+    caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=True)
     over = Overtalk()
     rec = WavWriter(out_dir / "call.wav", 16000, channels=2) if out_dir else None
     error: str | None = None
