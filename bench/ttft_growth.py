@@ -9,8 +9,10 @@ reply's first step. Each request is the ``Conversation``'s, with ``cache_key`` =
 the time to its first delta (TTFT) is taken; the reply (temperature 0, and any call the model
 makes, run like the runtime runs it) joins the history as heard. The system prompt is warmed once
 first, as ``Runtime.warmup`` does. Printed per turn: TTFT (median over ``--repeats`` calls), prompt
-tokens and tokens prefilled; then the ratio TTFT(turn 30) / TTFT(turn 1) (goal ≤ 1.1) and the
-process RSS.
+tokens, tokens prefilled and the tools the model called on its own (its first delta is then that
+call); then the ratio TTFT(turn 30) / TTFT(turn 1) (goal ≤ 1.1) and the process RSS. A call that
+fails (e.g. it outgrew the LLM's context: ``--n-ctx``) is reported with the turn it failed at, and
+the ratio is taken at the last turn every call completed.
 
 ``--history-turns N`` sends only the last N caller turns (the agent's ``llm.history_turns``): the
 context then stops growing, and the adapter keeps the cache by shifting the kept turns into place.
@@ -20,8 +22,8 @@ concurrent calls share one LlamaLLM: each call's KV state is swapped out and bac
 must stay flat too. ``--no-cache-key`` sends no key (the control: calls evict each other).
 
     PYTHONPATH=src .venv/bin/python bench/ttft_growth.py [--turns 30] [--repeats 3]
-        [--interleave 1] [--no-cache-key] [--history-turns N] [--flash-attn] [--agent SPEC]
-        [--json]
+        [--interleave 1] [--no-cache-key] [--history-turns N] [--flash-attn] [--n-ctx N]
+        [--agent SPEC] [--json]
 
 Wall-clock figures are noisy on a shared machine (run it on a quiet one); prefilled-token counts
 are exact.
@@ -41,7 +43,7 @@ import psutil
 
 from _agent_requests import DemoCall, agent_for, make_llm, variant, warm
 from rejoinder.conversation import Step
-from rejoinder.ports import ChatMessage, ToolCall
+from rejoinder.ports import ChatMessage, PortError, ToolCall
 
 #: (caller utterance, scripted tool call (name, args) or None); the demo caller's data: orders
 #: 4217 (shipped) and 5031 (processing), a haircut on Tuesday at 10 AM.
@@ -114,6 +116,8 @@ class Call:
         """Turn ``i``: the scripted tool run (if any), then the reply loop's steps; the first
         LLM step is timed."""
         say, scripted = self.script[i]
+        if i == 0:  # a call's first request finds the warmed system turn, as after start-up
+            await warm(llm, self.demo.agent)  # (not the previous call's identical first turn)
         pending: list[ChatMessage] = []
         steps: list[Step] = []
         if scripted:
@@ -122,8 +126,9 @@ class Call:
             steps.append(step)
         ttft = None
         stats = None
-        unscripted = 0
+        unscripted: list[str] = []
         max_steps = self.demo.agent.llm.max_steps
+        calls_made: list[list] = []
         for k in range(len(steps), max_steps):
             ms, step, calls = await self._step(llm, say, pending, k == max_steps - 1, use_key)
             if ttft is None:
@@ -131,7 +136,8 @@ class Call:
             steps.append(step)
             if not calls:
                 break
-            unscripted += len(calls)  # the model called on its own: run it as the runtime does
+            unscripted += [c.name for c in calls]  # called on its own: run as the runtime does
+            calls_made += [[c.name, c.arguments] for c in calls]
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
             for c in calls:
                 run = await self.demo.conv.run_tool(self.demo.turn, c)
@@ -142,63 +148,82 @@ class Call:
         self.demo.conv.add_heard(self.demo.turn, say, steps, heard)
         self.rows.append({"turn": i + 1, "ttft_ms": ttft, "prompt_tokens": stats.prompt,
                           "prefilled_tokens": stats.prefilled, "shifted": stats.shifted,
-                          "tool_turn": bool(scripted), "unscripted_calls": unscripted})
+                          "tool_turn": bool(scripted), "unscripted_calls": unscripted,
+                          "calls": calls_made, "heard": heard})
 
 
 async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_attn: bool,
-              history_turns: int = 0, agent_spec: str | None = None) -> dict:
+              history_turns: int = 0, agent_spec: str | None = None,
+              n_ctx: int | None = None) -> dict:
     agent = variant(agent_for(agent_spec), history_turns=history_turns)
-    llm = make_llm(flash_attn=flash_attn)
+    llm = make_llm(flash_attn=flash_attn, **({"n_ctx": n_ctx} if n_ctx else {}))
     await warm(llm, agent)
     calls: list[Call] = []
+    failed: list[dict] = []
     for r in range(repeats):
         batch = [Call(agent, f"call-{r}-{c}", turns) for c in range(interleave)]
         for call in batch:
             await call.demo.open()
+        live = list(batch)
         for i in range(turns):
-            for call in batch:
-                await call.turn(llm, i, use_key)
+            for call in list(live):
+                try:
+                    await call.turn(llm, i, use_key)
+                except PortError as exc:  # e.g. the call outgrew the LLM's context
+                    failed.append({"call": call.key, "turn": i + 1, "error": str(exc)})
+                    print(f"  {call.key}: turn {i + 1} failed: {exc}", file=sys.stderr)
+                    live.remove(call)
         for call in batch:
             await call.demo.close()
             llm.forget(call.key)
-            first, last = call.rows[0]["ttft_ms"], call.rows[-1]["ttft_ms"]
-            print(f"  {call.key}: turn 1 {first:.0f} ms, turn {turns} {last:.0f} ms, "
-                  f"prompt {call.rows[-1]['prompt_tokens']} tokens", file=sys.stderr)
+            if call.rows:
+                print(f"  {call.key}: turn 1 {call.rows[0]['ttft_ms']:.0f} ms, turn "
+                      f"{len(call.rows)} {call.rows[-1]['ttft_ms']:.0f} ms, prompt "
+                      f"{call.rows[-1]['prompt_tokens']} tokens", file=sys.stderr)
         calls += batch
+    done = min(len(c.rows) for c in calls)  # turns every call completed
     per_turn = []
-    for i in range(turns):
+    for i in range(done):
         rows = [c.rows[i] for c in calls]
         per_turn.append({"turn": i + 1, "tool_turn": rows[0]["tool_turn"],
                          "ttft_ms_p50": round(statistics.median(r["ttft_ms"] for r in rows), 1),
                          "prompt_tokens": rows[0]["prompt_tokens"],
                          "prefilled_p50": statistics.median(r["prefilled_tokens"] for r in rows),
                          "shifted_p50": statistics.median(r["shifted"] for r in rows),
-                         "unscripted_calls": sum(r["unscripted_calls"] for r in rows)})
-    ratios = [c.rows[-1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls]
-    return {"agent": agent.name, "tool_mode": llm.tool_mode, "turns": turns, "repeats": repeats,
+                         "own_calls": sorted({n for r in rows for n in r["unscripted_calls"]}),
+                         "first_call": rows[0]["calls"], "first_heard": rows[0]["heard"]})
+    ratios = [c.rows[done - 1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls] if done > 1 else []
+    return {"agent": agent.name, "tool_mode": llm.tool_mode, "n_ctx": llm._llm.n_ctx(),
+            "turns": turns, "turns_done": done, "failed": failed, "repeats": repeats,
             "interleave": interleave, "cache_key": use_key, "flash_attn": flash_attn,
             "history_turns": history_turns, "per_turn": per_turn,
-            "ratio_last_first_p50": round(statistics.median(ratios), 3),
-            "ratio_of_medians": round(per_turn[-1]["ttft_ms_p50"] / per_turn[0]["ttft_ms_p50"], 3),
+            "ratio_last_first_p50": round(statistics.median(ratios), 3) if ratios else None,
+            "ratio_of_medians": (round(per_turn[-1]["ttft_ms_p50"] / per_turn[0]["ttft_ms_p50"], 3)
+                                 if ratios else None),
             "kv_saves": llm.cache.stats.saves, "kv_restores": llm.cache.stats.restores,
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1)}
 
 
 def print_report(out: dict) -> None:
-    print(f"TTFT per turn (agent {out['agent']!r}, tool_mode {out['tool_mode']}, "
-          f"{out['repeats']} repeats x {out['interleave']} interleaved call(s), cache_key "
-          f"{'on' if out['cache_key'] else 'off'}, flash_attn {'on' if out['flash_attn'] else 'off'}"
-          f", history {out['history_turns'] or 'all'} turns):")
+    print(f"TTFT per turn (agent {out['agent']!r}, tool_mode {out['tool_mode']}, n_ctx "
+          f"{out['n_ctx']}, {out['repeats']} repeats x {out['interleave']} interleaved call(s), "
+          f"cache_key {'on' if out['cache_key'] else 'off'}, flash_attn "
+          f"{'on' if out['flash_attn'] else 'off'}, history {out['history_turns'] or 'all'} turns):")
     print(f"{'turn':>4} {'tool':>4} {'TTFT p50 ms':>12} {'prompt tok':>11} {'prefilled':>10} "
-          f"{'shifted':>8} {'own calls':>9}")
+          f"{'shifted':>8}  model's own calls")
     for r in out["per_turn"]:
         print(f"{r['turn']:>4} {'yes' if r['tool_turn'] else '':>4} {r['ttft_ms_p50']:>12.1f} "
-              f"{r['prompt_tokens']:>11} {r['prefilled_p50']:>10.0f} {r['shifted_p50']:>8.0f} "
-              f"{r['unscripted_calls']:>9}")
-    print(f"TTFT(turn {out['turns']}) / TTFT(turn 1): median of per-call ratios "
-          f"{out['ratio_last_first_p50']:.2f}, ratio of medians {out['ratio_of_medians']:.2f} "
-          f"(goal <= 1.1); KV state saves {out['kv_saves']}, restores {out['kv_restores']}; "
-          f"RSS {out['rss_mb']:.0f} MB")
+              f"{r['prompt_tokens']:>11} {r['prefilled_p50']:>10.0f} {r['shifted_p50']:>8.0f}  "
+              f"{', '.join(r['own_calls'])}")
+    for f in out["failed"]:
+        print(f"{f['call']} failed at turn {f['turn']}: {f['error']}")
+    if out["ratio_last_first_p50"] is not None:
+        last = out["turns_done"]
+        cut = "" if last == out["turns"] else f"; calls failed before turn {last + 1}"
+        print(f"TTFT(turn {last}) / TTFT(turn 1): median of per-call ratios "
+              f"{out['ratio_last_first_p50']:.2f}, ratio of medians {out['ratio_of_medians']:.2f} "
+              f"(goal <= 1.1{cut}); KV state saves {out['kv_saves']}, restores "
+              f"{out['kv_restores']}; RSS {out['rss_mb']:.0f} MB")
 
 
 if __name__ == "__main__":
@@ -211,6 +236,8 @@ if __name__ == "__main__":
     ap.add_argument("--history-turns", type=int, default=0,
                     help="send only the last N caller turns of history (0: all), as "
                          "agent llm.history_turns does")
+    ap.add_argument("--n-ctx", type=int, default=None,
+                    help="LLM context length in tokens (default: LlamaOptions' default)")
     ap.add_argument("--agent", default=None,
                     help="agent spec (YAML, module:attribute or bundled name; default: support); "
                          "the script assumes the support agent's tools")
@@ -219,7 +246,7 @@ if __name__ == "__main__":
     if a.turns < 2 or a.repeats < 1 or a.interleave < 1:
         sys.exit("--turns must be >= 2, --repeats and --interleave >= 1")
     res = asyncio.run(run(a.turns, a.repeats, a.interleave, not a.no_cache_key, a.flash_attn,
-                          a.history_turns, a.agent))
+                          a.history_turns, a.agent, a.n_ctx))
     if a.json:
         print(json.dumps(res, indent=2))
     else:
