@@ -1,13 +1,26 @@
-"""Benchmark: how often the embedded LLM picks the right tool with the right arguments.
+"""Benchmark: how often the embedded LLM picks the right tool with the right arguments, for the
+agent users run (default: the reference support agent, ``rejoinder.app.support``).
 
-Each item is one caller utterance as Whisper transcribes it, sometimes after earlier turns of the
-call (the agent asked for the order number; the caller's appointments were listed), labelled with
-the acceptable tool calls (or none, for small talk). Each design (``tool_mode`` lazy/eager, few-shot
-examples in the system prompt or not, strict or bare argument schemas) answers every item at
-temperature 0 through the LLM port, and the table reports:
+Each item is one caller utterance as Whisper transcribes it, after the agent's greeting and
+sometimes after earlier turns of the call (the agent asked for the order number; the caller's
+appointments were listed by the real ``list_appointments``), labelled with the acceptable tool
+calls (or none, for small talk). Requests are built by the runtime's own ``Conversation`` from
+the agent (instructions, tool schemas from the type hints, LLM settings; see
+``_agent_requests.py``), so the model sees exactly what it sees in a call. Arguments are graded
+as the tools read them: order numbers by their digits, times by ``support.parse_time`` ("3 pm" =
+"15:00"), weekdays and services case-insensitively, an omitted optional argument as its default.
+
+Each design answers every item at temperature 0 through the LLM port. A design name is
+``MODE[-EXAMPLES][-SCHEMAS]``: MODE ``lazy`` or ``eager`` (``LlamaLLM.tool_mode``); EXAMPLES
+``fewshot`` (worked examples in plain words appended to the instructions), ``fewcall`` (the
+same in SmolLM2's call syntax) or ``nocall`` (fewcall with SmolLM2's empty call list
+``<tool_call>[]</tool_call>`` before the small-talk replies); SCHEMAS ``strict`` (a 4-digit
+order number pattern and a weekday enum over the declared schemas), ``hhmm`` (strict plus a
+24-hour time pattern) or ``bare`` (every constraint dropped); none of them: the agent as
+declared. The table reports:
 
 - right tool: share of tool items where the first call names an acceptable tool;
-- right args: … with exactly the labelled arguments;
+- right args: … with acceptable arguments;
 - no tool: share of small-talk items answered with text and no call;
 - latency per decision: time to the complete ToolCall (tool answers) and TTFT (text answers),
   medians in ms;
@@ -16,7 +29,7 @@ then what the tool machinery costs before the first delta (tool_choice none vs a
 eager on the small-talk items, interleaved).
 
     PYTHONPATH=src .venv/bin/python bench/tool_choice.py [--designs lazy,eager-fewshot]
-        [--limit N] [--cost-rounds 3] [--json]
+        [--agent SPEC] [--limit N] [--cost-rounds 3] [--json]
 
 Wall-clock figures are noisy on a shared machine; accuracy at temperature 0 is deterministic.
 """
@@ -29,18 +42,19 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from _support_agent import FEW_SHOT, FEW_SHOT_NO_CALL, SYSTEM, context, tools
-from rejoinder.ports import ChatMessage, LLMRequest, PortError, ToolCall
+from _agent_requests import EXAMPLES, SCHEMAS, DemoCall, agent_for, make_llm, variant, warm
+from rejoinder.app.support import _digits, parse_time
+from rejoinder.ports import LLMRequest, PortError, ToolCall
 
-A = 12  # the appointment id in the "appointments" context
+ANY_SERVICE = ("", "haircut")  # the demo caller has one appointment, a haircut
 
 
 @dataclass(frozen=True)
 class Item:
     say: str
-    expect: tuple[tuple[str, dict | None], ...]  # acceptable (tool, args); args None = any
+    expect: tuple[tuple[str, dict], ...]  # acceptable (tool, {arg: value or tuple of values})
     ctx: str | None = None
 
     @property
@@ -51,6 +65,13 @@ class Item:
 def _t(name: str, **args) -> tuple[str, dict]:
     return (name, args)
 
+
+def _move(day: str, time: str) -> tuple[str, dict]:
+    return _t("reschedule_appointment", day=day, time=time, service=ANY_SERVICE)
+
+
+_CANCEL = _t("cancel_appointment", service=ANY_SERVICE)
+_LIST = _t("list_appointments")
 
 ITEMS: list[Item] = [
     # order lookups
@@ -65,31 +86,30 @@ ITEMS: list[Item] = [
     Item("Hi, I'm calling about my order, 1178.", (_t("lookup_order", order_id="1178"),)),
     Item("What's the status of 4420?", (_t("lookup_order", order_id="4420"),)),
     # list appointments
-    Item("What appointments do I have?", (_t("list_appointments"),)),
-    Item("When is my next appointment?", (_t("list_appointments"),)),
-    Item("Do I have anything booked?", (_t("list_appointments"),)),
-    Item("Can you tell me my appointments?", (_t("list_appointments"),)),
-    Item("I forgot when my appointment is.", (_t("list_appointments"),)),
-    # reschedule / cancel without the appointment id known yet: look it up first
-    Item("I want to move my haircut to Thursday at 3 pm.", (_t("list_appointments"),)),
-    Item("I need to cancel my appointment.", (_t("list_appointments"),)),
+    Item("What appointments do I have?", (_LIST,)),
+    Item("When is my next appointment?", (_LIST,)),
+    Item("Do I have anything booked?", (_LIST,)),
+    Item("Can you tell me my appointments?", (_LIST,)),
+    Item("I forgot when my appointment is.", (_LIST,)),
+    # reschedule / cancel before the appointments were listed: act (the tool finds the caller's
+    # only appointment) or look them up first
+    Item("I want to move my haircut to Thursday at 3 pm.", (_move("Thursday", "15:00"), _LIST)),
+    Item("I need to cancel my appointment.", (_CANCEL, _LIST)),
     # reschedule with the appointments listed
-    Item("I want to move my haircut to Thursday at 3 pm.",
-         (_t("reschedule_appointment", appointment_id=A, day="Thursday", time="15:00"),), "appointments"),
-    Item("Can you move it to Friday at 10 am?",
-         (_t("reschedule_appointment", appointment_id=A, day="Friday", time="10:00"),), "appointments"),
-    Item("Reschedule my appointment to Monday at 2:30 pm.",
-         (_t("reschedule_appointment", appointment_id=A, day="Monday", time="14:30"),), "appointments"),
-    Item("Change it to Wednesday at 11.",
-         (_t("reschedule_appointment", appointment_id=A, day="Wednesday", time="11:00"),), "appointments"),
-    Item("Let's do Saturday at 9 in the morning instead.",
-         (_t("reschedule_appointment", appointment_id=A, day="Saturday", time="09:00"),), "appointments"),
-    Item("Move it to Friday. Wait, Thursday afternoon at 4.",
-         (_t("reschedule_appointment", appointment_id=A, day="Thursday", time="16:00"),), "appointments"),
+    Item("I want to move my haircut to Thursday at 3 pm.", (_move("Thursday", "15:00"),),
+         "appointments"),
+    Item("Can you move it to Friday at 10 am?", (_move("Friday", "10:00"),), "appointments"),
+    Item("Reschedule my appointment to Monday at 2:30 pm.", (_move("Monday", "14:30"),),
+         "appointments"),
+    Item("Change it to Wednesday at 11.", (_move("Wednesday", "11:00"),), "appointments"),
+    Item("Let's do Saturday at 9 in the morning instead.", (_move("Saturday", "09:00"),),
+         "appointments"),
+    Item("Move it to Friday. Wait, Thursday afternoon at 4.", (_move("Thursday", "16:00"),),
+         "appointments"),
     # cancel with the appointments listed
-    Item("Cancel my appointment.", (_t("cancel_appointment", appointment_id=A),), "appointments"),
-    Item("Please cancel the haircut.", (_t("cancel_appointment", appointment_id=A),), "appointments"),
-    Item("I can't make it, cancel it please.", (_t("cancel_appointment", appointment_id=A),), "appointments"),
+    Item("Cancel my appointment.", (_CANCEL,), "appointments"),
+    Item("Please cancel the haircut.", (_CANCEL,), "appointments"),
+    Item("I can't make it, cancel it please.", (_CANCEL,), "appointments"),
     # small talk and questions no tool answers
     Item("Hello.", ()),
     Item("Thank you.", ()),
@@ -105,41 +125,92 @@ ITEMS: list[Item] = [
     Item("Thanks, that's great.", (), "appointments"),
 ]
 
-#: design name → (LlamaLLM tool_mode, few-shot examples ("" for none), strict schemas)
-DESIGNS = {
-    "lazy": ("lazy", "", True),
-    "lazy-fewshot": ("lazy", FEW_SHOT, True),
-    "eager": ("eager", "", True),
-    "eager-fewshot": ("eager", FEW_SHOT, True),
-    "eager-fewshot-nocall": ("eager", FEW_SHOT_NO_CALL, True),
-    "eager-fewshot-bare": ("eager", FEW_SHOT, False),
-}
+MODES = ("lazy", "eager")
+SCHEMA_SUFFIXES = ("strict", "hhmm", "bare")
+#: The designs run by default (any MODE[-EXAMPLES][-SCHEMAS] can be named with --designs):
+#: each mode as declared and strict, then eager (the mode that calls) across examples and schemas.
+DESIGNS = ["lazy", "lazy-strict", "lazy-fewshot", "eager", "eager-strict", "eager-hhmm",
+           "eager-bare", "eager-fewshot", "eager-fewshot-strict", "eager-fewcall",
+           "eager-fewcall-strict", "eager-nocall-strict"]
 
 
-def _norm(args: dict) -> dict:
-    return {k: (v.strip().lower() if isinstance(v, str) else v) for k, v in args.items()}
+def parse_design(name: str) -> tuple[str, str, str]:
+    """``"eager-fewshot-strict"`` → (tool_mode, examples key, schemas key).
+
+    Raises:
+        ValueError: an unknown mode or part.
+    """
+    mode, *rest = name.split("-")
+    examples = next((p for p in rest if p in EXAMPLES), "")
+    schemas = next((p for p in rest if p in SCHEMA_SUFFIXES), "declared")
+    if mode not in MODES or any(p not in EXAMPLES and p not in SCHEMA_SUFFIXES for p in rest):
+        raise ValueError(f"unknown design {name!r}: MODE[-fewshot|-fewcall|-nocall][-strict|-hhmm|-bare], "
+                         f"MODE one of {', '.join(MODES)}")
+    return mode, examples, schemas
 
 
-def grade(item: Item, call: ToolCall | None) -> tuple[bool, bool]:
-    """(right tool, right tool with right arguments) for the first call (None: text only)."""
+def _same(key: str, got, want) -> bool:
+    """One argument as the tool reads it."""
+    if not isinstance(got, str) or not isinstance(want, str):
+        return got == want
+    if key == "order_id":
+        return _digits(got) == want
+    if key == "time":
+        try:
+            return parse_time(got) == parse_time(want)
+        except ValueError:
+            return False
+    return got.strip().casefold() == want.strip().casefold()
+
+
+def args_match(got: dict, want: dict, params: dict) -> bool:
+    """``got`` (the call's arguments, an omitted optional one read as its default) against
+    ``want`` (each value, or a tuple of acceptable values)."""
+    props = params.get("properties") or {}
+    got = {**{k: p["default"] for k, p in props.items() if "default" in p}, **got}
+    for key in set(got) | set(want):
+        if key not in want:
+            if key not in props or got[key] != props[key].get("default"):
+                return False
+            continue
+        alts = want[key] if isinstance(want[key], tuple) else (want[key],)
+        if key not in got or not any(_same(key, got[key], w) for w in alts):
+            return False
+    return True
+
+
+def grade(item: Item, call: ToolCall | None, params: dict[str, dict]) -> tuple[bool, bool]:
+    """(right tool, right tool with right arguments) for the first call (None: text only);
+    ``params``: each tool's declared parameter schema (for defaults)."""
     if not item.expect:
         return call is None, call is None
     if call is None:
         return False, False
     tool_ok = any(call.name == name for name, _ in item.expect)
-    args_ok = any(call.name == name and (args is None or _norm(call.arguments) == _norm(args))
+    args_ok = any(call.name == name and args_match(call.arguments, args, params.get(name, {}))
                   for name, args in item.expect)
     return tool_ok, args_ok
 
 
-async def run_design(llm, name: str, few_shot: str, strict: bool, items: list[Item]) -> dict:
-    system = SYSTEM + few_shot
-    schemas = tools(strict)
-    await asyncio.to_thread(llm.warmup, system, schemas)
+async def ask(agent, item: Item, key: str, **edits) -> LLMRequest:
+    """The request of the reply's first step to ``item`` in a fresh demo call of ``agent``."""
+    call = await DemoCall(agent, key).open()
+    try:
+        await call.context(item.ctx)
+        return replace(call.request(item.say), **edits)
+    finally:
+        await call.close()
+
+
+async def run_design(llm, base, name: str, items: list[Item]) -> dict:
+    mode, examples, schemas = parse_design(name)
+    llm.tool_mode = mode
+    agent = variant(base, EXAMPLES[examples], schemas)
+    params = {t.name: t.schema.parameters for t in base.tools.values()}
+    await warm(llm, agent)
     rows = []
-    for item in items:
-        msgs = (ChatMessage("system", system), *context(item.ctx), ChatMessage("user", item.say))
-        req = LLMRequest(msgs, max_tokens=40, temperature=0.0, tools=schemas)
+    for n, item in enumerate(items):
+        req = await ask(agent, item, f"{name}-{n}")
         t0 = time.perf_counter()
         first_text = call_ms = None
         call, text, error = None, "", None
@@ -153,7 +224,8 @@ async def run_design(llm, name: str, few_shot: str, strict: bool, items: list[It
                     text += d
         except PortError as exc:  # e.g. a free-string argument that never closes
             error = str(exc)[:120]
-        tool_ok, args_ok = grade(item, call) if error is None else (False, False)
+        llm.forget(req.cache_key)  # the call is over (no saved state to swap next time)
+        tool_ok, args_ok = grade(item, call, params) if error is None else (False, False)
         rows.append({"say": item.say, "ctx": item.ctx, "kind": item.kind, "tool_ok": tool_ok,
                      "args_ok": args_ok, "call": [call.name, call.arguments] if call else None,
                      "text": text.strip()[:80], "error": error, "call_ms": call_ms,
@@ -186,19 +258,20 @@ def summarise(name: str, rows: list[dict]) -> dict:
             "rows": rows}
 
 
-def print_table(results: list[dict]) -> None:
+def print_table(results: list[dict], agent_name: str) -> None:
     head = ("design", "right tool", "right args", "no tool", "overall", "call ms p50",
             "text TTFT ms p50")
-    print(f"{head[0]:20s} " + " ".join(f"{h:>16s}" for h in head[1:]))
+    print(f"{head[0]:24s} " + " ".join(f"{h:>16s}" for h in head[1:]))
     for r in results:
         vals = [r["right_tool_pct"], r["right_args_pct"], r["no_tool_pct"], r["overall_pct"],
                 r["call_ms_p50"], r["text_ttft_ms_p50"]]
         cells = [f"{v:>15.1f}{'%' if i < 4 else ' '}" if v is not None else f"{'-':>16s}"
                  for i, v in enumerate(vals)]
-        print(f"{r['design']:20s} " + " ".join(cells))
+        print(f"{r['design']:24s} " + " ".join(cells))
     n = results[0]
-    print(f"({n['tool_items']} tool items, {n['items'] - n['tool_items']} small-talk items; "
-          f"temperature 0; SmolLM2-135M-Instruct Q4_1)")
+    print(f"(agent {agent_name!r}; {n['tool_items']} tool items, "
+          f"{n['items'] - n['tool_items']} small-talk items; temperature 0; "
+          f"SmolLM2-135M-Instruct Q4_1)")
 
 
 async def _first_delta_ms(llm, req: LLMRequest) -> tuple[float, bool]:
@@ -211,59 +284,65 @@ async def _first_delta_ms(llm, req: LLMRequest) -> tuple[float, bool]:
         await gen.aclose()
 
 
-async def decision_cost(llm, items: list[Item], rounds: int) -> dict:
-    """What the tool machinery costs before the first delta, on the small-talk items: the same
-    prompt (tools listed) with ``tool_choice`` "none" (text only), "auto" lazy, and "auto"
-    eager, interleaved item by item so load drift hits all three alike. Medians in ms."""
-    system, schemas = ChatMessage("system", SYSTEM), tools(True)
+async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
+    """What the tool machinery costs before the first delta, on the small-talk items: the
+    agent's request (tools listed) with ``tool_choice`` "none" (text only), "auto" lazy, and
+    "auto" eager, interleaved item by item so load drift hits all three alike; each request
+    starts from the warmed system turn (as a call's first reply does), so all three prefill the
+    same tokens. Medians in ms."""
     times: dict[str, list[float]] = {"none": [], "lazy": [], "eager": []}
     eager_calls = 0
-    for _ in range(rounds):
-        for item in (i for i in items if i.kind == "none"):
-            msgs = (system, *context(item.ctx), ChatMessage("user", item.say))
+    for r in range(rounds):
+        for n, item in enumerate(i for i in items if i.kind == "none"):
             for mode in times:
                 llm.tool_mode = "eager" if mode == "eager" else "lazy"
-                req = LLMRequest(msgs, max_tokens=8, temperature=0.0, tools=schemas,
-                                 tool_choice="none" if mode == "none" else "auto")
+                req = await ask(agent, item, f"cost-{r}-{n}-{mode}", max_tokens=8,
+                                tool_choice="none" if mode == "none" else "auto")
+                await warm(llm, agent)
                 ms, is_call = await _first_delta_ms(llm, req)
+                llm.forget(req.cache_key)
                 times[mode].append(ms)
                 eager_calls += is_call and mode == "eager"
     return {"first_delta_ms_p50": {k: _median(v) for k, v in times.items()},
             "eager_first_delta_was_a_call": eager_calls, "samples": len(times["none"])}
 
 
-async def main(designs: list[str], limit: int | None, cost_rounds: int) -> dict:
-    from rejoinder.adapters.llama_llm import LlamaLLM
-
+async def main(designs: list[str], agent_spec: str | None, limit: int | None,
+               cost_rounds: int) -> dict:
+    base = agent_for(agent_spec)
     items = ITEMS[:limit] if limit else ITEMS
-    results = []
-    llm = LlamaLLM()
-    for name in designs:
-        mode, few_shot, strict = DESIGNS[name]
-        llm.tool_mode = mode
-        results.append(await run_design(llm, name, few_shot, strict, items))
-    cost = await decision_cost(llm, items, cost_rounds) if cost_rounds else None
-    return {"designs": results, "decision_cost": cost}
+    llm = make_llm()
+    default_mode = llm.tool_mode
+    results = [await run_design(llm, base, name, items) for name in designs]
+    cost = await decision_cost(llm, base, items, cost_rounds) if cost_rounds else None
+    return {"agent": base.name, "default_tool_mode": default_mode, "designs": results,
+            "decision_cost": cost}
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--designs", default=",".join(DESIGNS),
-                    help=f"comma-separated, from: {', '.join(DESIGNS)}")
+                    help="comma-separated MODE[-fewshot|-fewcall|-nocall][-strict|-hhmm|-bare] "
+                         f"(default: {','.join(DESIGNS)})")
+    ap.add_argument("--agent", default=None,
+                    help="agent spec (YAML, module:attribute or bundled name; default: support); "
+                         "the items assume the support agent's four tools")
     ap.add_argument("--limit", type=int, default=None, help="first N items only (smoke run)")
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="rounds of the none/lazy/eager first-delta comparison (0: skip)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     names = [d for d in a.designs.split(",") if d]
-    bad = [d for d in names if d not in DESIGNS]
-    if bad:
-        sys.exit(f"unknown design(s) {', '.join(bad)}; choose from {', '.join(DESIGNS)}")
-    out = asyncio.run(main(names, a.limit, a.cost_rounds))
+    try:
+        for d in names:
+            parse_design(d)
+    except ValueError as exc:
+        sys.exit(str(exc))
+    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds))
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        print_table(out["designs"])
+        print_table(out["designs"], out["agent"])
         cost = out["decision_cost"]
         if cost:
             c = cost["first_delta_ms_p50"]

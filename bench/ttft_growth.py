@@ -1,12 +1,18 @@
 """Benchmark: does the embedded LLM's TTFT grow with the length of the call?
 
-A scripted 30-turn support call (the reference agent's instructions and four tools; every few
-turns the history gets a tool call and its result, as the reply loop appends them) is replayed
-at the LLM port. At each turn the whole conversation so far is sent with ``cache_key`` = the call
-id, and the time to the first delta (TTFT) is taken; the model's reply (temperature 0) joins the
-history. The system prompt is warmed once first, as the runtime does at start-up. Printed per
-turn: TTFT (median over ``--repeats`` calls), prompt tokens and tokens prefilled; then the ratio
-TTFT(turn 30) / TTFT(turn 1) (goal ≤ 1.1) and the process RSS.
+A scripted 30-turn call with the agent users run (default: the reference support agent, as the
+runtime asks it: its instructions, its tools' schemas, its LLM settings, the greeting first; see
+``_agent_requests.py``) is replayed at the LLM port. On the scripted tool turns the agent's real
+tool runs on the demo caller's fresh database (lookups, a reschedule, a failed lookup, a cancel)
+and the step after its result is timed, as the reply loop asks it; any other turn times the
+reply's first step. Each request is the ``Conversation``'s, with ``cache_key`` = the call id, and
+the time to its first delta (TTFT) is taken; the reply (temperature 0, and any call the model
+makes, run like the runtime runs it) joins the history as heard. The system prompt is warmed once
+first, as ``Runtime.warmup`` does. Printed per turn: TTFT (median over ``--repeats`` calls), prompt
+tokens, tokens prefilled and the tools the model called on its own (its first delta is then that
+call); then the ratio TTFT(turn 30) / TTFT(turn 1) (goal ≤ 1.1) and the process RSS. A call that
+fails (e.g. it outgrew the LLM's context: ``--n-ctx``) is reported with the turn it failed at, and
+the ratio is taken at the last turn every call completed.
 
 ``--history-turns N`` sends only the last N caller turns (the agent's ``llm.history_turns``): the
 context then stops growing, and the adapter keeps the cache by shifting the kept turns into place.
@@ -16,7 +22,8 @@ concurrent calls share one LlamaLLM: each call's KV state is swapped out and bac
 must stay flat too. ``--no-cache-key`` sends no key (the control: calls evict each other).
 
     PYTHONPATH=src .venv/bin/python bench/ttft_growth.py [--turns 30] [--repeats 3]
-        [--interleave 1] [--no-cache-key] [--history-turns N] [--flash-attn] [--json]
+        [--interleave 1] [--no-cache-key] [--history-turns N] [--flash-attn] [--n-ctx N]
+        [--agent SPEC] [--json]
 
 Wall-clock figures are noisy on a shared machine (run it on a quiet one); prefilled-token counts
 are exact.
@@ -30,155 +37,193 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 
 import psutil
 
-from _support_agent import SYSTEM, tools
-from rejoinder.ports import ChatMessage, LLMRequest, ToolCall
+from _agent_requests import DemoCall, agent_for, make_llm, variant, warm
+from rejoinder.conversation import Step
+from rejoinder.ports import ChatMessage, PortError, ToolCall
 
-#: (caller utterance, scripted tool call (name, args) or None, the tool's result)
-SCRIPT: list[tuple[str, tuple[str, dict] | None, dict | None]] = [
-    ("Hi, I'm calling about an order.", None, None),
-    ("The number is 4217.", ("lookup_order", {"order_id": "4217"}),
-     {"order_id": "4217", "status": "shipped", "eta": "Friday"}),
-    ("Great. Will it come in the morning?", None, None),
-    ("Okay. What appointments do I have?", ("list_appointments", {}),
-     {"appointments": [{"appointment_id": 12, "service": "haircut", "day": "Tuesday",
-                        "time": "10:00"}]}),
+#: (caller utterance, scripted tool call (name, args) or None); the demo caller's data: orders
+#: 4217 (shipped) and 5031 (processing), a haircut on Tuesday at 10 AM.
+SCRIPT: list[tuple[str, tuple[str, dict] | None]] = [
+    ("Hi, I'm calling about an order.", None),
+    ("The number is 4217.", ("lookup_order", {"order_id": "4217"})),
+    ("Great. Will it come in the morning?", None),
+    ("Okay. What appointments do I have?", ("list_appointments", {})),
     ("Can you move the haircut to Thursday at 3 pm?",
-     ("reschedule_appointment", {"appointment_id": 12, "day": "Thursday", "time": "15:00"}),
-     {"ok": True, "appointment_id": 12, "day": "Thursday", "time": "15:00"}),
-    ("Thanks. Are you open on Saturday?", None, None),
-    ("Until what time?", None, None),
-    ("Do you also sell shampoo?", None, None),
-    ("I have another order, 5120.", ("lookup_order", {"order_id": "5120"}),
-     {"order_id": "5120", "status": "processing", "eta": "next Monday"}),
-    ("Why is it still processing?", None, None),
-    ("Okay, I can wait.", None, None),
-    ("Can I pay at the salon?", None, None),
-    ("Is there parking nearby?", None, None),
-    ("What was my appointment time again?", ("list_appointments", {}),
-     {"appointments": [{"appointment_id": 12, "service": "haircut", "day": "Thursday",
-                        "time": "15:00"}]}),
-    ("Perfect, Thursday works.", None, None),
-    ("How long does a haircut take?", None, None),
-    ("And how much does it cost?", None, None),
-    ("Do you take cards?", None, None),
-    ("Can you check order 3085 too?", ("lookup_order", {"order_id": "3085"}),
-     {"error": "No order 3085 was found for this caller."}),
-    ("Sorry, I meant 3058.", ("lookup_order", {"order_id": "3058"}),
-     {"order_id": "3058", "status": "delivered", "delivered": "yesterday"}),
-    ("Oh right, I got that one.", None, None),
-    ("Can my daughter book a haircut too?", None, None),
-    ("She is free on Friday afternoon.", None, None),
-    ("Never mind, she will call herself.", None, None),
-    ("Actually, cancel my Thursday haircut.", ("cancel_appointment", {"appointment_id": 12}),
-     {"ok": True, "cancelled": 12}),
-    ("Sorry, I changed my mind about that.", None, None),
-    ("Can I book it again for next week?", None, None),
-    ("I will call back tomorrow then.", None, None),
-    ("Is this the right number to call?", None, None),
-    ("Thanks, I'm calling to say goodbye.", None, None),
+     ("reschedule_appointment", {"day": "Thursday", "time": "15:00", "service": "haircut"})),
+    ("Thanks. Are you open on Saturday?", None),
+    ("Until what time?", None),
+    ("Do you also sell shampoo?", None),
+    ("I have another order, 5031.", ("lookup_order", {"order_id": "5031"})),
+    ("Why is it still processing?", None),
+    ("Okay, I can wait.", None),
+    ("Can I pay at the salon?", None),
+    ("Is there parking nearby?", None),
+    ("What was my appointment time again?", ("list_appointments", {})),
+    ("Perfect, Thursday works.", None),
+    ("How long does a haircut take?", None),
+    ("And how much does it cost?", None),
+    ("Do you take cards?", None),
+    ("Can you check order 3085 too?", ("lookup_order", {"order_id": "3085"})),  # not hers
+    ("Sorry, I meant 4217.", ("lookup_order", {"order_id": "4217"})),
+    ("Oh right, the headphones.", None),
+    ("Can my daughter book a haircut too?", None),
+    ("She is free on Friday afternoon.", None),
+    ("Never mind, she will call herself.", None),
+    ("Actually, cancel my Thursday haircut.", ("cancel_appointment", {"service": "haircut"})),
+    ("Sorry, I changed my mind about that.", None),
+    ("Can I book it again for next week?", None),
+    ("I will call back tomorrow then.", None),
+    ("Is this the right number to call?", None),
+    ("Thanks, I'm calling to say goodbye.", None),
 ]
 
 
-def transcript(turns: int) -> list[tuple[str, tuple[str, dict] | None, dict | None]]:
+def transcript(turns: int) -> list[tuple[str, tuple[str, dict] | None]]:
     """The first ``turns`` turns (the script repeats past 30)."""
     return [SCRIPT[i % len(SCRIPT)] for i in range(turns)]
 
 
 class Call:
-    """One scripted call: its history and per-turn measurements."""
+    """One scripted call of the agent: its conversation and per-turn measurements."""
 
-    def __init__(self, key: str, turns: int) -> None:
+    def __init__(self, agent, key: str, turns: int) -> None:
+        self.demo = DemoCall(agent, key)
         self.key = key
         self.script = transcript(turns)
-        self.messages: list[ChatMessage] = [ChatMessage("system", SYSTEM)]
         self.rows: list[dict] = []
 
-    def window(self, history_turns: int) -> list[ChatMessage]:
-        """System + the history from the ``history_turns``-th last caller message on (all when
-        0), as ``rejoinder.conversation.Conversation.request`` windows it."""
-        system, history = self.messages[0], self.messages[1:]
-        users = [i for i, m in enumerate(history) if m.role == "user"]
-        if history_turns and len(users) > history_turns:
-            history = history[users[-history_turns]:]
-        return [system, *history]
-
-    async def turn(self, llm, i: int, schemas, use_key: bool, history_turns: int = 0) -> None:
-        say, call, result = self.script[i]
-        self.messages.append(ChatMessage("user", say))
-        if call:
-            tc = ToolCall(f"{self.key}-call{i}", call[0], call[1])
-            self.messages += [ChatMessage("assistant", "", tool_calls=(tc,)),
-                              ChatMessage("tool", json.dumps(result), tool_call_id=tc.id)]
-        req = LLMRequest(tuple(self.window(history_turns)), max_tokens=32, temperature=0.0, tools=schemas,
-                         tool_choice="none", cache_key=self.key if use_key else None)
+    async def _step(self, llm, say: str, pending: list[ChatMessage], final: bool,
+                    use_key: bool) -> tuple[float, Step, list[ToolCall]]:
+        req = self.demo.request(say, pending, final=final)
+        req = req if use_key else replace(req, cache_key=None)
         t0 = time.perf_counter()
         ttft = None
-        text = ""
+        step, calls = Step(), []
         async for d in llm.stream(req):
             if ttft is None:
                 ttft = (time.perf_counter() - t0) * 1000
-            if isinstance(d, str):
-                text += d
-        stats = llm.last_stats
+            if isinstance(d, ToolCall):
+                calls.append(d)
+            else:
+                step.text += d
+        return ttft, step, calls
+
+    async def turn(self, llm, i: int, use_key: bool) -> None:
+        """Turn ``i``: the scripted tool run (if any), then the reply loop's steps; the first
+        LLM step is timed."""
+        say, scripted = self.script[i]
+        if i == 0:  # a call's first request finds the warmed system turn, as after start-up
+            await warm(llm, self.demo.agent)  # (not the previous call's identical first turn)
+        pending: list[ChatMessage] = []
+        steps: list[Step] = []
+        if scripted:
+            msgs, step = await self.demo.run_tool(*scripted)
+            pending += msgs
+            steps.append(step)
+        ttft = None
+        stats = None
+        unscripted: list[str] = []
+        max_steps = self.demo.agent.llm.max_steps
+        calls_made: list[list] = []
+        for k in range(len(steps), max_steps):
+            ms, step, calls = await self._step(llm, say, pending, k == max_steps - 1, use_key)
+            if ttft is None:
+                ttft, stats = ms, llm.last_stats
+            steps.append(step)
+            if not calls:
+                break
+            unscripted += [c.name for c in calls]  # called on its own: run as the runtime does
+            calls_made += [[c.name, c.arguments] for c in calls]
+            pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
+            for c in calls:
+                run = await self.demo.conv.run_tool(self.demo.turn, c)
+                step.runs.append(run)
+                pending.append(run.message())
+        heard = " ".join(s.text.strip() for s in steps if s.text.strip())
+        self.demo.turn += 1
+        self.demo.conv.add_heard(self.demo.turn, say, steps, heard)
         self.rows.append({"turn": i + 1, "ttft_ms": ttft, "prompt_tokens": stats.prompt,
                           "prefilled_tokens": stats.prefilled, "shifted": stats.shifted,
-                          "tool_turn": bool(call)})
-        self.messages.append(ChatMessage("assistant", text))
+                          "tool_turn": bool(scripted), "unscripted_calls": unscripted,
+                          "calls": calls_made, "heard": heard})
 
 
-async def run(turns: int, repeats: int, interleave: int, use_key: bool,
-              flash_attn: bool, history_turns: int = 0) -> dict:
-    from rejoinder.adapters.llama_llm import LlamaLLM
-
-    llm = LlamaLLM(flash_attn=flash_attn)
-    schemas = tools(True)
-    await asyncio.to_thread(llm.warmup, SYSTEM, schemas)
+async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_attn: bool,
+              history_turns: int = 0, agent_spec: str | None = None,
+              n_ctx: int | None = None) -> dict:
+    agent = variant(agent_for(agent_spec), history_turns=history_turns)
+    llm = make_llm(flash_attn=flash_attn, **({"n_ctx": n_ctx} if n_ctx else {}))
+    await warm(llm, agent)
     calls: list[Call] = []
+    failed: list[dict] = []
     for r in range(repeats):
-        batch = [Call(f"call-{r}-{c}", turns) for c in range(interleave)]
-        for i in range(turns):
-            for call in batch:
-                await call.turn(llm, i, schemas, use_key, history_turns)
+        batch = [Call(agent, f"call-{r}-{c}", turns) for c in range(interleave)]
         for call in batch:
+            await call.demo.open()
+        live = list(batch)
+        for i in range(turns):
+            for call in list(live):
+                try:
+                    await call.turn(llm, i, use_key)
+                except PortError as exc:  # e.g. the call outgrew the LLM's context
+                    failed.append({"call": call.key, "turn": i + 1, "error": str(exc)})
+                    print(f"  {call.key}: turn {i + 1} failed: {exc}", file=sys.stderr)
+                    live.remove(call)
+        for call in batch:
+            await call.demo.close()
             llm.forget(call.key)
-            first, last = call.rows[0]["ttft_ms"], call.rows[-1]["ttft_ms"]
-            print(f"  {call.key}: turn 1 {first:.0f} ms, turn {turns} {last:.0f} ms, "
-                  f"prompt {call.rows[-1]['prompt_tokens']} tokens", file=sys.stderr)
+            if call.rows:
+                print(f"  {call.key}: turn 1 {call.rows[0]['ttft_ms']:.0f} ms, turn "
+                      f"{len(call.rows)} {call.rows[-1]['ttft_ms']:.0f} ms, prompt "
+                      f"{call.rows[-1]['prompt_tokens']} tokens", file=sys.stderr)
         calls += batch
+    done = min(len(c.rows) for c in calls)  # turns every call completed
     per_turn = []
-    for i in range(turns):
+    for i in range(done):
         rows = [c.rows[i] for c in calls]
         per_turn.append({"turn": i + 1, "tool_turn": rows[0]["tool_turn"],
                          "ttft_ms_p50": round(statistics.median(r["ttft_ms"] for r in rows), 1),
                          "prompt_tokens": rows[0]["prompt_tokens"],
                          "prefilled_p50": statistics.median(r["prefilled_tokens"] for r in rows),
-                         "shifted_p50": statistics.median(r["shifted"] for r in rows)})
-    ratios = [c.rows[-1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls]
-    return {"turns": turns, "repeats": repeats, "interleave": interleave, "cache_key": use_key,
-            "flash_attn": flash_attn, "history_turns": history_turns, "per_turn": per_turn,
-            "ratio_last_first_p50": round(statistics.median(ratios), 3),
-            "ratio_of_medians": round(per_turn[-1]["ttft_ms_p50"] / per_turn[0]["ttft_ms_p50"], 3),
+                         "shifted_p50": statistics.median(r["shifted"] for r in rows),
+                         "own_calls": sorted({n for r in rows for n in r["unscripted_calls"]}),
+                         "first_call": rows[0]["calls"], "first_heard": rows[0]["heard"]})
+    ratios = [c.rows[done - 1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls] if done > 1 else []
+    return {"agent": agent.name, "tool_mode": llm.tool_mode, "n_ctx": llm._llm.n_ctx(),
+            "turns": turns, "turns_done": done, "failed": failed, "repeats": repeats,
+            "interleave": interleave, "cache_key": use_key, "flash_attn": flash_attn,
+            "history_turns": history_turns, "per_turn": per_turn,
+            "ratio_last_first_p50": round(statistics.median(ratios), 3) if ratios else None,
+            "ratio_of_medians": (round(per_turn[-1]["ttft_ms_p50"] / per_turn[0]["ttft_ms_p50"], 3)
+                                 if ratios else None),
             "kv_saves": llm.cache.stats.saves, "kv_restores": llm.cache.stats.restores,
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1)}
 
 
 def print_report(out: dict) -> None:
-    print(f"TTFT per turn ({out['repeats']} repeats x {out['interleave']} interleaved call(s), "
+    print(f"TTFT per turn (agent {out['agent']!r}, tool_mode {out['tool_mode']}, n_ctx "
+          f"{out['n_ctx']}, {out['repeats']} repeats x {out['interleave']} interleaved call(s), "
           f"cache_key {'on' if out['cache_key'] else 'off'}, flash_attn "
-          f"{'on' if out['flash_attn'] else 'off'}, history "
-          f"{out['history_turns'] or 'all'} turns):")
+          f"{'on' if out['flash_attn'] else 'off'}, history {out['history_turns'] or 'all'} turns):")
     print(f"{'turn':>4} {'tool':>4} {'TTFT p50 ms':>12} {'prompt tok':>11} {'prefilled':>10} "
-          f"{'shifted':>8}")
+          f"{'shifted':>8}  model's own calls")
     for r in out["per_turn"]:
         print(f"{r['turn']:>4} {'yes' if r['tool_turn'] else '':>4} {r['ttft_ms_p50']:>12.1f} "
-              f"{r['prompt_tokens']:>11} {r['prefilled_p50']:>10.0f} {r['shifted_p50']:>8.0f}")
-    print(f"TTFT(turn {out['turns']}) / TTFT(turn 1): median of per-call ratios "
-          f"{out['ratio_last_first_p50']:.2f}, ratio of medians {out['ratio_of_medians']:.2f} "
-          f"(goal <= 1.1); KV state saves {out['kv_saves']}, restores {out['kv_restores']}; "
-          f"RSS {out['rss_mb']:.0f} MB")
+              f"{r['prompt_tokens']:>11} {r['prefilled_p50']:>10.0f} {r['shifted_p50']:>8.0f}  "
+              f"{', '.join(r['own_calls'])}")
+    for f in out["failed"]:
+        print(f"{f['call']} failed at turn {f['turn']}: {f['error']}")
+    if out["ratio_last_first_p50"] is not None:
+        last = out["turns_done"]
+        cut = "" if last == out["turns"] else f"; calls failed before turn {last + 1}"
+        print(f"TTFT(turn {last}) / TTFT(turn 1): median of per-call ratios "
+              f"{out['ratio_last_first_p50']:.2f}, ratio of medians {out['ratio_of_medians']:.2f} "
+              f"(goal <= 1.1{cut}); KV state saves {out['kv_saves']}, restores "
+              f"{out['kv_restores']}; RSS {out['rss_mb']:.0f} MB")
 
 
 if __name__ == "__main__":
@@ -191,12 +236,18 @@ if __name__ == "__main__":
     ap.add_argument("--history-turns", type=int, default=0,
                     help="send only the last N caller turns of history (0: all), as "
                          "agent llm.history_turns does")
+    ap.add_argument("--n-ctx", type=int, default=None,
+                    help="LLM context length in tokens (default: LlamaOptions' default)")
+    ap.add_argument("--agent", default=None,
+                    help="agent spec (YAML, module:attribute or bundled name; default: support); "
+                         "the script assumes the support agent's tools")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.turns < 2 or a.repeats < 1 or a.interleave < 1:
         sys.exit("--turns must be >= 2, --repeats and --interleave >= 1")
     res = asyncio.run(run(a.turns, a.repeats, a.interleave, not a.no_cache_key, a.flash_attn,
-                          a.history_turns))
-    print(json.dumps(res, indent=2) if a.json else "", end="\n" if a.json else "")
-    if not a.json:
+                          a.history_turns, a.agent, a.n_ctx))
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
         print_report(res)

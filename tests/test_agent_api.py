@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pytest
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from rejoinder import Agent, CallContext, ConfigError, ToolError, load_agent, tool
 from rejoinder.tools import Tool
@@ -36,6 +36,24 @@ def test_schema_from_type_hints_and_docstring():
     assert p["properties"]["seating"]["enum"] == ["inside", "terrace"]
     assert p["properties"]["note"]["maxLength"] == 40
     assert "ctx" not in p["properties"]  # filled by the runtime, never by the LLM
+
+
+_digits = BeforeValidator(lambda v: "".join(c for c in str(v) if c.isdigit()))
+
+
+def test_constrained_hints_reach_the_schema_and_normalise_before_validation():
+    def lookup(order_id: Annotated[str, Field(pattern=r"^[0-9]{4}$"), _digits],
+               kind: Annotated[str, Field(description="what to look up")] = "order") -> dict:
+        """Look up an order."""
+        return {}
+
+    t = Tool(lookup)
+    props = t.schema.parameters["properties"]
+    assert props["order_id"] == {"type": "string", "pattern": "^[0-9]{4}$"}  # no docstring arg
+    assert props["kind"]["description"] == "what to look up"  # the hint's own description kept
+    assert t.parse({"order_id": "#4 2 1 7"}) == {"order_id": "4217", "kind": "order"}
+    with pytest.raises(ToolError, match="invalid argument 'order_id'.*pattern"):
+        t.parse({"order_id": "42171"})
 
 
 async def test_sync_and_async_tools_get_the_call_context_and_validated_arguments():

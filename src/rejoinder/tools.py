@@ -7,6 +7,14 @@ and each parameter's description from its docstring (Google, reST or NumPy style
 the caller's identity and the call's state reach tools that way, so an LLM cannot pass someone
 else's identity in an argument.
 
+Constrain what the LLM may pass with the types pydantic turns into JSON Schema: ``Literal[…]``
+(an ``enum``), ``Annotated[str, Field(pattern=r"^[0-9]{4}$")]`` (a ``pattern``), ``Field(ge=…,
+le=…)`` bounds. A grammar-constrained backend (the embedded LLM) can then only produce matching
+values, and :meth:`Tool.parse` rejects others. To also accept looser spellings from other
+backends, put a ``BeforeValidator`` *after* the constraint
+(``Annotated[str, Field(pattern=…), BeforeValidator(normalise)]``): it runs first, and the
+pattern stays in the schema (placed before the constraint, pydantic leaves it out of the schema).
+
 Each tool declares whether it is ``reversible``. A reversible tool may run early, on a tentative
 transcript before the caller's turn is final (preemptive generation), and is *compensated* if the
 transcript then changes: ``compensate(ctx, result, **args)`` undoes it (read-only tools need none).
@@ -32,7 +40,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .errors import ConfigError
 from .ports import ToolSchema
@@ -117,9 +125,9 @@ class Tool:
             if hint is None:
                 raise ConfigError(f"tool {self.name!r}: parameter {p.name!r} has no type hint; "
                                   "annotate it (e.g. `order_id: str`)")
-            from pydantic import Field
             default = ... if p.default is p.empty else p.default
-            fields[p.name] = (hint, Field(default, description=param_docs.get(p.name) or None))
+            doc = param_docs.get(p.name)  # else keep a description the hint itself carries
+            fields[p.name] = (hint, Field(default, description=doc) if doc else Field(default))
         self.params: type[BaseModel] = create_model(  # type: ignore[call-overload]
             f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
         self.schema = ToolSchema(self.name, self.description,

@@ -38,6 +38,9 @@ async def test_lookup_order_of_the_caller(call):
                    "shipped_on": "Friday, December 4", "expected_arrival": "Wednesday, December 9"}
     assert (await run(ctx, "lookup_order", order_id="four two one seven"))["order_id"] == "4217"
     assert (await run(ctx, "lookup_order", order_id="#5031"))["status"] == "processing"
+    assert (await run(ctx, "lookup_order", order_id=4217))["order_id"] == "4217"  # a JSON number
+    with pytest.raises(ToolError, match="invalid argument 'order_id'"):  # not 4 digits
+        await run(ctx, "lookup_order", order_id="42170")
 
 
 async def test_another_customers_order_is_never_disclosed(call):
@@ -88,8 +91,10 @@ async def test_reschedule_rules(call):
         await run(ctx, "reschedule_appointment", day="Saturday", time="11:00", service="haircut")
     with pytest.raises(ToolError, match="already taken"):  # Tom's consultation is Friday 11:00
         await run(ctx, "reschedule_appointment", day="Friday", time="11 am", service="haircut")
-    with pytest.raises(ToolError, match="weekday and a time"):
+    with pytest.raises(ToolError, match="invalid argument 'day'"):
         await run(ctx, "reschedule_appointment", day="someday", time="11:00", service="haircut")
+    with pytest.raises(ToolError, match="weekday and a time"):
+        await run(ctx, "reschedule_appointment", day="Monday", time="soon", service="haircut")
     out = await run(ctx, "reschedule_appointment", day="monday", time="3:30 pm", service="Haircut")
     assert out["moved_to"] == "Monday at 3:30 PM"
 
@@ -142,8 +147,13 @@ def test_the_tools_the_llm_sees():
                             "cancel_appointment"}
     assert schemas["lookup_order"].parameters == {
         "type": "object", "additionalProperties": False, "required": ["order_id"],
-        "properties": {"order_id": {"type": "string", "description":
+        "properties": {"order_id": {"type": "string", "pattern": "^[0-9]{4}$", "description":
                                     'the order number the caller gave, digits only, e.g. "4217".'}}}
+    move = schemas["reschedule_appointment"].parameters
+    assert move["required"] == ["day", "time"]
+    assert move["properties"]["day"]["enum"] == ["Monday", "Tuesday", "Wednesday", "Thursday",
+                                                 "Friday", "Saturday", "Sunday"]
+    assert move["properties"]["time"]["type"] == "string" and "pattern" not in move["properties"]["time"]
     # no tool takes the caller's identity: it comes from the runtime
     for s in schemas.values():
         assert not {"phone", "customer_phone", "ctx", "customer_id"} & set(s.parameters["properties"])
