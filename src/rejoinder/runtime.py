@@ -98,6 +98,10 @@ class Runtime:
             return await call_hook(self.agent.report_state, ctx)
         finally:
             await call_hook(self.agent.on_call_end, ctx)
+            # the conversation's saved KV state (cache_key = call id) is of no further use
+            forget = getattr(getattr(self.models, "llm", None), "forget", None)
+            if forget is not None:
+                forget(ctx.call_id)
 
     async def call(self, turns: list[RenderedTurn], *, out_dir: Path | None = None,
                    caller_phone: str | None = None, clock: Clock | None = None,

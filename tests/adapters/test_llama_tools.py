@@ -174,8 +174,8 @@ async def test_lazy_mode_switches_to_the_call_grammar_when_the_model_opens_a_cal
 
 
 async def test_context_overflow_is_a_clear_port_error(llama_llm):
-    req = LLMRequest((ChatMessage("user", "word " * 5000),), max_tokens=4)
-    with pytest.raises(PortError, match="over the LLM context of 4096; raise n_ctx"):
+    req = LLMRequest((ChatMessage("user", "word " * 9000),), max_tokens=4)
+    with pytest.raises(PortError, match="over the LLM context of 8192; raise n_ctx"):
         await _run(llama_llm, req)
 
 
@@ -187,3 +187,18 @@ def test_bad_options_are_config_errors(llama_llm):
     with pytest.raises(ConfigError, match="'{tools}'"):
         ChatEngine(llama_llm._llm, tool_prompt="no placeholder")
     assert llama_llm.tool_mode == "lazy"
+
+
+def test_call_markup_is_never_spoken_when_calls_are_not_allowed(llama_llm, monkeypatch):
+    """With tool_choice "none" (the reply loop's last step) a model that writes ``<tool_call>``
+    anyway (it has seen calls in the history) ends its reply there: the markup is not text."""
+    import threading
+
+    engine = llama_llm.engine
+    pieces = ["Let me", " check.", " <tool", "_call>[{\"name\": \"lookup_order\"", "}]</tool_call>"]
+    monkeypatch.setattr(engine, "_pieces", lambda *a, **k: iter(pieces))
+    req = LLMRequest((SUPPORT, ChatMessage("user", "Check order 4217.")), tools=TOOLS,
+                     tool_choice="none", max_tokens=32)
+    out = list(engine.generate(req, threading.Event()))
+    assert all(isinstance(d, str) for d in out)
+    assert "".join(out).strip() == "Let me check."

