@@ -70,6 +70,11 @@ class LLMSettings(BaseModel):
     max_tokens: int = Field(60, ge=1, le=4096)
     max_steps: int = Field(3, ge=1, le=10)
     history_turns: int = Field(0, ge=0)
+    #: the embedded LLM's tool-gate threshold for this agent (``rejoinder calibrate`` prints
+    #: it); None: the model's shipped calibration
+    tool_threshold: float | None = None
+    #: caller utterances that need no tool, added to the gate's built-in small-talk examples
+    talk_examples: list[str] = Field(default_factory=list)
 
 
 class Agent:
