@@ -50,6 +50,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
+from .flow import AgentStep, check_steps
 from .tools import CallContext, Tool
 
 Hook = Callable[[CallContext], Any]  # sync or async
@@ -91,7 +92,8 @@ class Agent:
                  tools: Iterable[Tool | Callable[..., Any]] = (), stt_vocabulary: Iterable[str] = (),
                  llm: LLMSettings | dict[str, Any] | None = None, on_call_start: Hook | None = None,
                  on_call_end: Hook | None = None, report_state: Hook | None = None,
-                 source: str | None = None) -> None:
+                 source: str | None = None, steps: Iterable[AgentStep] = (),
+                 start: str | None = None) -> None:
         if not isinstance(instructions, str) or not instructions.strip():
             raise ConfigError("an agent needs instructions: a non-empty system prompt string")
         self.name = name
@@ -103,6 +105,16 @@ class Agent:
             if t.name in self.tools:
                 raise ConfigError(f"agent {name!r}: two tools are named {t.name!r}")
             self.tools[t.name] = t
+        self.steps: dict[str, AgentStep] = {}
+        for st in steps:
+            if not isinstance(st, AgentStep):
+                raise ConfigError(f"agent {name!r}: steps are AgentStep objects, not {st!r}")
+            for t in st.tool_objects:  # a step's own Tool joins the agent's tools
+                if self.tools.setdefault(t.name, t) is not t:
+                    raise ConfigError(f"agent {name!r}: two tools are named {t.name!r}")
+            self.steps.setdefault(st.name, st)
+        check_steps(name, list(steps), self.tools, start)
+        self.start = start or next(iter(self.steps), None)
         self.stt_vocabulary = tuple(stt_vocabulary)
         try:
             self.llm = llm if isinstance(llm, LLMSettings) else LLMSettings.model_validate(llm or {})
@@ -120,6 +132,18 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self.tools)})"
 
+    def step(self, name: str | None = None) -> AgentStep:
+        """The step named ``name`` (None: the start step).
+
+        Raises:
+            ConfigError: the agent has no such step (or no steps at all).
+        """
+        key = name if name is not None else self.start
+        if key not in self.steps:
+            raise ConfigError(f"agent {self.name!r} has no step {key!r} (steps: "
+                              f"{', '.join(self.steps) or 'none'})")
+        return self.steps[key]
+
     def stt_prompt(self) -> str | None:
         """The recogniser's prompt built from ``stt_vocabulary`` (Whisper's initial prompt biases
         spelling and word choice towards these words), or None."""
@@ -132,8 +156,9 @@ class Agent:
             "name": self.name, "source": self.source, "flow": "llm",
             "instructions_sha256": hashlib.sha256(self.instructions.encode()).hexdigest()[:16],
             "instructions": self.instructions,
-            "tools": [{"name": t.name, "reversible": t.reversible, "timeout_s": t.timeout_s}
-                      for t in self.tools.values()],
+            "tools": [{"name": t.name, "reversible": t.reversible, "timeout_s": t.timeout_s,
+                       "examples": list(t.examples)} for t in self.tools.values()],
+            "steps": [st.describe() for st in self.steps.values()], "start": self.start,
             "greeting": "dynamic" if callable(self.greeting) else self.greeting,
             "llm": self.llm.model_dump(),
         }

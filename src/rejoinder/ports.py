@@ -127,7 +127,13 @@ class LLMRequest:
     ``"none"`` (text only), ``"required"`` (some call) or one tool's name. ``cache_key`` is a
     hint that requests with the same key share a growing prefix (one call's conversation), so a
     backend can keep that conversation's KV cache (OpenAI's ``prompt_cache_key``, a llama.cpp
-    slot); it never changes the output."""
+    slot); it never changes the output.
+
+    ``allowed_tools`` restricts which of ``tools`` may be *called* (None: all): the prompt still
+    describes every tool, only the call is held to these names (a conversation step's tools;
+    on the 38 tool-choice items, required calls over one step's tools raised SmolLM2-135M's right
+    tool from 65 to 77 %, while listing only those tools in the prompt lowered it: issue 16).
+    Raises ``ValueError`` for a name not among ``tools``."""
 
     messages: tuple[ChatMessage, ...]
     max_tokens: int = 96
@@ -138,6 +144,19 @@ class LLMRequest:
     tools: tuple[ToolSchema, ...] = ()
     tool_choice: ToolChoice = "auto"
     cache_key: str | None = None
+    allowed_tools: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.allowed_tools is not None:
+            unknown = set(self.allowed_tools) - {t.name for t in self.tools}
+            if unknown:
+                raise ValueError(f"allowed_tools names undeclared tools: {', '.join(sorted(unknown))}")
+
+    def callable_tools(self) -> tuple[ToolSchema, ...]:
+        """The tools that may be called: ``tools`` restricted to ``allowed_tools``."""
+        if self.allowed_tools is None:
+            return self.tools
+        return tuple(t for t in self.tools if t.name in self.allowed_tools)
 
 
 LLMDelta = Union[str, ToolCall]

@@ -38,7 +38,7 @@ import asyncio
 import inspect
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, get_type_hints
+from typing import Any, Callable, Iterable, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -94,7 +94,8 @@ class Tool:
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  description: str | None = None, reversible: bool = False,
                  timeout_s: float | None = 10.0,
-                 compensate: Callable[..., Any] | None = None) -> None:
+                 compensate: Callable[..., Any] | None = None,
+                 examples: Iterable[str] = ()) -> None:
         if not callable(fn):
             raise ConfigError(f"tool {fn!r} is not callable")
         self.fn = fn
@@ -106,6 +107,10 @@ class Tool:
         if compensate is not None and not reversible:
             raise ConfigError(f"tool {self.name!r}: only a reversible tool can be compensated")
         self.compensate_fn = compensate
+        if isinstance(examples, str) or not all(isinstance(e, str) and e.strip() for e in examples):
+            raise ConfigError(f"tool {self.name!r}: examples are a list of caller utterances "
+                              "(non-empty strings)")
+        self.examples: tuple[str, ...] = tuple(e.strip() for e in examples)
         summary, param_docs = _doc_parts(fn)
         self.description = description or summary or self.name.replace("_", " ")
         self.context_param: str | None = None
@@ -188,15 +193,18 @@ class Tool:
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
-         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None) -> Any:
+         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
+         examples: Iterable[str] = ()) -> Any:
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
 
     ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
-    Returns a :class:`Tool`.
+    ``examples`` are a few caller utterances that should make the LLM call this tool (kept as
+    :attr:`Tool.examples`, a tuple of str): the embedded LLM's tool-decision gate is calibrated
+    on them. Returns a :class:`Tool`.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
-                    timeout_s=timeout_s, compensate=compensate)
+                    timeout_s=timeout_s, compensate=compensate, examples=examples)
     return wrap(fn) if fn is not None else wrap
 
 

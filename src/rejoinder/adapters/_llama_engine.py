@@ -203,7 +203,7 @@ class ChatEngine:
             raise PortError(f"the model's tool call was cut at {cap} tokens: {text + out!r}")
 
         if self.max_tool_calls > 1:
-            gbnf = call_grammar(request.tools, request.tool_choice, self.max_tool_calls,
+            gbnf = call_grammar(request.callable_tools(), request.tool_choice, self.max_tool_calls,
                                 allow_empty=allow_empty)
             raw = sample("", gbnf, lambda o: o.rstrip().endswith(TOOL_CALL_CLOSE))
         else:
@@ -228,7 +228,7 @@ class ChatEngine:
                 return None
             if out.lstrip("\n").startswith("]"):
                 return "[]" + TOOL_CALL_CLOSE
-        tools = [t for t in request.tools
+        tools = [t for t in request.callable_tools()  # allowed_tools: only these may be called
                  if request.tool_choice in ("auto", "required") or t.name == request.tool_choice]
         text = '[{"name": "'
         if len(tools) == 1:
