@@ -36,7 +36,8 @@ def print_turns(result, as_json: bool) -> None:
             s = r.summary()
             print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "time_to_answer_ms", "segments",
                                                 "largest_segment", "transcript", "heard_text",
-                                                "boundaries", "estimated", "tools", "stalls")}))
+                                                "boundaries", "estimated", "tools", "stalls",
+                                                "steps", "call_end")}))
         return
     table = Table(title=f"call {result.call_id}: voice-to-voice latency per turn (ms)")
     for col in ("turn", "caller said", "agent said (heard)", "V2V", "critical path", "largest"):
