@@ -30,6 +30,21 @@ or in YAML (``rejoinder call caller.wav --agent my_agent.yaml``)::
     on_call_start: my_tools:open_account      # hooks get the CallContext
     on_call_end: my_tools:close_account
 
+Tools may list ``examples:`` (caller utterances that should call them; the tool-decision gate is
+calibrated on them), and built-in call tools are ``{builtin: end_call}`` /
+``{builtin: transfer_to_human, options: {target: "+15550199"}}`` (:mod:`rejoinder.calltools`).
+Conversation steps (:mod:`rejoinder.flow`; the first one is where a call starts, unless
+``start:`` names another)::
+
+    steps:
+      - name: identify
+        instructions: Ask for the order number if the caller has not given it.
+        tools: [lookup_order]
+        required: false
+        next: {lookup_order: report}          # or one step name for any tool of this step
+      - name: report
+        tools: [lookup_order, end_call]
+
 Modules named in a YAML file are imported from the file's folder first. ``--agent`` accepts a
 YAML path, ``module:attribute`` (an :class:`Agent` or a function returning one) or a bundled
 name (:data:`BUNDLED`; ``support`` is the reference support assistant and the default).
@@ -47,7 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
 from .flow import AgentStep, check_steps
@@ -177,12 +192,35 @@ async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
 
 class _ToolEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    function: str = Field(description="module:function")
+    function: str | None = Field(None, description="module:function")
+    builtin: str | None = Field(None, description="a built-in call tool (rejoinder.calltools): "
+                                "end_call, transfer_to_human, go_to, handoff")
+    options: dict[str, Any] = Field(default_factory=dict, description="the built-in's options, "
+                                    "e.g. {target: '+15550199'}")
     name: str | None = None
     description: str | None = None
     reversible: bool | None = None
     timeout_s: float | None = Field(None, gt=0)
     compensate: str | None = None
+    examples: list[str] | None = Field(None, description="caller utterances that should call it")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "_ToolEntry":
+        if (self.function is None) == (self.builtin is None):
+            raise ValueError("a tool entry needs exactly one of 'function' and 'builtin'")
+        if self.builtin is not None and (self.reversible is not None or self.compensate):
+            raise ValueError("a built-in tool's reversibility is fixed; drop reversible/compensate")
+        return self
+
+
+class _StepEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    instructions: str = ""
+    tools: list[str] | None = Field(None, description="names of the agent's tools this step may "
+                                    "call (omitted: all)")
+    required: bool = False
+    next: Union[str, dict[str, str], None] = None
 
 
 class AgentFile(BaseModel):
@@ -198,6 +236,8 @@ class AgentFile(BaseModel):
     on_call_start: str | None = None
     on_call_end: str | None = None
     report_state: str | None = None
+    steps: list[_StepEntry] = Field(default_factory=list)
+    start: str | None = None
 
 
 def resolve(ref: str, where: str = "") -> Any:
@@ -222,8 +262,31 @@ def resolve(ref: str, where: str = "") -> Any:
     return obj
 
 
+def _builtin(e: _ToolEntry, where: str) -> Tool:
+    from .calltools import BUILTINS
+
+    factory = BUILTINS.get(e.builtin or "")
+    if factory is None:
+        raise ConfigError(f"{where}no built-in tool {e.builtin!r}; the built-ins are "
+                          f"{', '.join(BUILTINS)}")
+    opts = dict(e.options)
+    for key in ("name", "description", "examples"):
+        if getattr(e, key) is not None:
+            opts[key] = getattr(e, key)
+    try:
+        t = factory(**opts)
+    except TypeError as exc:
+        raise ConfigError(f"{where}built-in {e.builtin!r}: bad options {sorted(e.options)}: "
+                          f"{exc}") from exc
+    if e.timeout_s is not None:
+        t.timeout_s = e.timeout_s
+    return t
+
+
 def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
     e = entry if isinstance(entry, _ToolEntry) else _ToolEntry(function=entry)
+    if e.builtin is not None:
+        return _builtin(e, where)
     obj = resolve(e.function, where)
     if isinstance(obj, Tool):
         base, fn = obj, obj.fn
@@ -234,9 +297,10 @@ def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
     reversible = e.reversible if e.reversible is not None else (base.reversible if base else False)
     compensate = resolve(e.compensate, where) if e.compensate else (base.compensate_fn if base else None)
     timeout = e.timeout_s if e.timeout_s is not None else (base.timeout_s if base else 10.0)
+    examples = e.examples if e.examples is not None else (base.examples if base else ())
     return Tool(fn, name=e.name or (base.name if base else None),
                 description=e.description or (base.description if base else None),
-                reversible=reversible, timeout_s=timeout, compensate=compensate)
+                reversible=reversible, timeout_s=timeout, compensate=compensate, examples=examples)
 
 
 def load_agent_file(path: str | Path) -> Agent:
@@ -267,8 +331,14 @@ def load_agent_file(path: str | Path) -> Agent:
     hooks = {k: resolve(v, where) if v else None
              for k, v in (("on_call_start", spec.on_call_start), ("on_call_end", spec.on_call_end),
                           ("report_state", spec.report_state))}
-    return Agent(spec.instructions, name=spec.name, greeting=spec.greeting, tools=tools,
-                 stt_vocabulary=spec.stt_vocabulary, llm=spec.llm, source=str(p), **hooks)
+    steps = [AgentStep(st.name, st.instructions, tools=st.tools, required=st.required, next=st.next)
+             for st in spec.steps]
+    try:
+        return Agent(spec.instructions, name=spec.name, greeting=spec.greeting, tools=tools,
+                     stt_vocabulary=spec.stt_vocabulary, llm=spec.llm, source=str(p), steps=steps,
+                     start=spec.start, **hooks)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
 
 
 def load_agent(spec: str | Path | Agent | None = None) -> Agent:
