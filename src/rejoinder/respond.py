@@ -74,6 +74,7 @@ class Draft:
         self._moves: list = []
         self.ending: HangUp | Transfer | None = None
         self._ending_at = 0
+        self._ending_sent = False
 
     @property
     def tentative(self) -> bool:
@@ -86,9 +87,11 @@ class Draft:
         self._commit()
 
     def _commit(self) -> None:
-        if self._moves or self.ending is not None:
+        ending = self.ending if not self._ending_sent else None
+        if self._moves or ending is not None:
             moves, self._moves = self._moves, []
-            self.conv.commit(self.turn_id, moves, self.ending)
+            self._ending_sent = self._ending_sent or ending is not None
+            self.conv.commit(self.turn_id, moves, ending)
 
     def _after_run(self, run: ToolRun) -> None:
         """Follow a tool run: a call ending, a GoTo / HandOff, or the step's ``next``."""
