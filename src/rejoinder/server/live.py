@@ -205,6 +205,7 @@ class LiveCall:
         """The agent hung up or transferred the call: run the transport's transfer action
         (``Downlink.transfer``, if it has one), record it, and say how the socket closes."""
         tr = self.session.transfer
+        self.meta["hangup"] = self.session.hangup
         if tr is None:
             return CallEnded(Close.NORMAL, f"the agent hung up ({self.session.hangup})")
         action = getattr(self.downlink, "transfer", None)
