@@ -4,6 +4,7 @@ Public names are re-exported here; everything else is an implementation module.
 """
 
 from .agent import Agent, LLMSettings, load_agent
+from .flow import AgentStep, GoTo, HandOff, HangUp, Transfer
 from .runtime import Runtime, load_caller
 from .tools import CallContext, Tool, ToolError, tool
 from .clock import RealClock, VirtualClock
@@ -21,7 +22,7 @@ from .turns import IdlePolicy, TurnPolicy, TurnTaker
 __version__ = "0.1.0"
 
 __all__ = [
-    "Agent", "AgentConfig", "AudioInputError", "BOUNDARIES", "Boundary", "CallContext", "ConfigError",
+    "Agent", "AgentConfig", "AgentStep", "GoTo", "HandOff", "HangUp", "Transfer", "AudioInputError", "BOUNDARIES", "Boundary", "CallContext", "ConfigError",
     "Event", "EventBus", "FillerPolicy", "IdlePolicy", "LLMPort", "LLMRequest", "LLMSettings",
     "MissingExtra", "NumberPolicy", "PortError", "RealClock", "RecoveryPolicy", "RejoinderError",
     "Runtime", "SEGMENTS", "STTPort", "Session", "SoundPolicy", "Stack", "TTSPort", "Timeline", "Tool",

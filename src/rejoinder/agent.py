@@ -30,6 +30,21 @@ or in YAML (``rejoinder call caller.wav --agent my_agent.yaml``)::
     on_call_start: my_tools:open_account      # hooks get the CallContext
     on_call_end: my_tools:close_account
 
+Tools may list ``examples:`` (caller utterances that should call them; the tool-decision gate is
+calibrated on them), and built-in call tools are ``{builtin: end_call}`` /
+``{builtin: transfer_to_human, options: {target: "+15550199"}}`` (:mod:`rejoinder.calltools`).
+Conversation steps (:mod:`rejoinder.flow`; the first one is where a call starts, unless
+``start:`` names another)::
+
+    steps:
+      - name: identify
+        instructions: Ask for the order number if the caller has not given it.
+        tools: [lookup_order]
+        required: false
+        next: {lookup_order: report}          # or one step name for any tool of this step
+      - name: report
+        tools: [lookup_order, end_call]
+
 Modules named in a YAML file are imported from the file's folder first. ``--agent`` accepts a
 YAML path, ``module:attribute`` (an :class:`Agent` or a function returning one) or a bundled
 name (:data:`BUNDLED`; ``support`` is the reference support assistant and the default).
@@ -47,9 +62,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .flow import AgentStep, check_steps
 from .tools import CallContext, Tool
 
 Hook = Callable[[CallContext], Any]  # sync or async
@@ -96,7 +112,8 @@ class Agent:
                  tools: Iterable[Tool | Callable[..., Any]] = (), stt_vocabulary: Iterable[str] = (),
                  llm: LLMSettings | dict[str, Any] | None = None, on_call_start: Hook | None = None,
                  on_call_end: Hook | None = None, report_state: Hook | None = None,
-                 source: str | None = None) -> None:
+                 source: str | None = None, steps: Iterable[AgentStep] = (),
+                 start: str | None = None) -> None:
         if not isinstance(instructions, str) or not instructions.strip():
             raise ConfigError("an agent needs instructions: a non-empty system prompt string")
         self.name = name
@@ -108,6 +125,16 @@ class Agent:
             if t.name in self.tools:
                 raise ConfigError(f"agent {name!r}: two tools are named {t.name!r}")
             self.tools[t.name] = t
+        self.steps: dict[str, AgentStep] = {}
+        for st in steps:
+            if not isinstance(st, AgentStep):
+                raise ConfigError(f"agent {name!r}: steps are AgentStep objects, not {st!r}")
+            for t in st.tool_objects:  # a step's own Tool joins the agent's tools
+                if self.tools.setdefault(t.name, t) is not t:
+                    raise ConfigError(f"agent {name!r}: two tools are named {t.name!r}")
+            self.steps.setdefault(st.name, st)
+        check_steps(name, list(steps), self.tools, start)
+        self.start = start or next(iter(self.steps), None)
         self.stt_vocabulary = tuple(stt_vocabulary)
         try:
             self.llm = llm if isinstance(llm, LLMSettings) else LLMSettings.model_validate(llm or {})
@@ -125,6 +152,18 @@ class Agent:
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self.tools)})"
 
+    def step(self, name: str | None = None) -> AgentStep:
+        """The step named ``name`` (None: the start step).
+
+        Raises:
+            ConfigError: the agent has no such step (or no steps at all).
+        """
+        key = name if name is not None else self.start
+        if key not in self.steps:
+            raise ConfigError(f"agent {self.name!r} has no step {key!r} (steps: "
+                              f"{', '.join(self.steps) or 'none'})")
+        return self.steps[key]
+
     def stt_prompt(self) -> str | None:
         """The recogniser's prompt built from ``stt_vocabulary`` (Whisper's initial prompt biases
         spelling and word choice towards these words), or None."""
@@ -137,8 +176,9 @@ class Agent:
             "name": self.name, "source": self.source, "flow": "llm",
             "instructions_sha256": hashlib.sha256(self.instructions.encode()).hexdigest()[:16],
             "instructions": self.instructions,
-            "tools": [{"name": t.name, "reversible": t.reversible, "timeout_s": t.timeout_s}
-                      for t in self.tools.values()],
+            "tools": [{"name": t.name, "reversible": t.reversible, "timeout_s": t.timeout_s,
+                       "examples": list(t.examples)} for t in self.tools.values()],
+            "steps": [st.describe() for st in self.steps.values()], "start": self.start,
             "greeting": "dynamic" if callable(self.greeting) else self.greeting,
             "llm": self.llm.model_dump(),
         }
@@ -157,12 +197,35 @@ async def call_hook(hook: Callable[..., Any] | None, *args: Any) -> Any:
 
 class _ToolEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    function: str = Field(description="module:function")
+    function: str | None = Field(None, description="module:function")
+    builtin: str | None = Field(None, description="a built-in call tool (rejoinder.calltools): "
+                                "end_call, transfer_to_human, go_to, handoff")
+    options: dict[str, Any] = Field(default_factory=dict, description="the built-in's options, "
+                                    "e.g. {target: '+15550199'}")
     name: str | None = None
     description: str | None = None
     reversible: bool | None = None
     timeout_s: float | None = Field(None, gt=0)
     compensate: str | None = None
+    examples: list[str] | None = Field(None, description="caller utterances that should call it")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "_ToolEntry":
+        if (self.function is None) == (self.builtin is None):
+            raise ValueError("a tool entry needs exactly one of 'function' and 'builtin'")
+        if self.builtin is not None and (self.reversible is not None or self.compensate):
+            raise ValueError("a built-in tool's reversibility is fixed; drop reversible/compensate")
+        return self
+
+
+class _StepEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    instructions: str = ""
+    tools: list[str] | None = Field(None, description="names of the agent's tools this step may "
+                                    "call (omitted: all)")
+    required: bool = False
+    next: Union[str, dict[str, str], None] = None
 
 
 class AgentFile(BaseModel):
@@ -178,6 +241,8 @@ class AgentFile(BaseModel):
     on_call_start: str | None = None
     on_call_end: str | None = None
     report_state: str | None = None
+    steps: list[_StepEntry] = Field(default_factory=list)
+    start: str | None = None
 
 
 def resolve(ref: str, where: str = "") -> Any:
@@ -202,8 +267,31 @@ def resolve(ref: str, where: str = "") -> Any:
     return obj
 
 
+def _builtin(e: _ToolEntry, where: str) -> Tool:
+    from .calltools import BUILTINS
+
+    factory = BUILTINS.get(e.builtin or "")
+    if factory is None:
+        raise ConfigError(f"{where}no built-in tool {e.builtin!r}; the built-ins are "
+                          f"{', '.join(BUILTINS)}")
+    opts = dict(e.options)
+    for key in ("name", "description", "examples"):
+        if getattr(e, key) is not None:
+            opts[key] = getattr(e, key)
+    try:
+        t = factory(**opts)
+    except TypeError as exc:
+        raise ConfigError(f"{where}built-in {e.builtin!r}: bad options {sorted(e.options)}: "
+                          f"{exc}") from exc
+    if e.timeout_s is not None:
+        t.timeout_s = e.timeout_s
+    return t
+
+
 def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
     e = entry if isinstance(entry, _ToolEntry) else _ToolEntry(function=entry)
+    if e.builtin is not None:
+        return _builtin(e, where)
     obj = resolve(e.function, where)
     if isinstance(obj, Tool):
         base, fn = obj, obj.fn
@@ -214,9 +302,10 @@ def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
     reversible = e.reversible if e.reversible is not None else (base.reversible if base else False)
     compensate = resolve(e.compensate, where) if e.compensate else (base.compensate_fn if base else None)
     timeout = e.timeout_s if e.timeout_s is not None else (base.timeout_s if base else 10.0)
+    examples = e.examples if e.examples is not None else (base.examples if base else ())
     return Tool(fn, name=e.name or (base.name if base else None),
                 description=e.description or (base.description if base else None),
-                reversible=reversible, timeout_s=timeout, compensate=compensate)
+                reversible=reversible, timeout_s=timeout, compensate=compensate, examples=examples)
 
 
 def load_agent_file(path: str | Path) -> Agent:
@@ -247,8 +336,14 @@ def load_agent_file(path: str | Path) -> Agent:
     hooks = {k: resolve(v, where) if v else None
              for k, v in (("on_call_start", spec.on_call_start), ("on_call_end", spec.on_call_end),
                           ("report_state", spec.report_state))}
-    return Agent(spec.instructions, name=spec.name, greeting=spec.greeting, tools=tools,
-                 stt_vocabulary=spec.stt_vocabulary, llm=spec.llm, source=str(p), **hooks)
+    steps = [AgentStep(st.name, st.instructions, tools=st.tools, required=st.required, next=st.next)
+             for st in spec.steps]
+    try:
+        return Agent(spec.instructions, name=spec.name, greeting=spec.greeting, tools=tools,
+                     stt_vocabulary=spec.stt_vocabulary, llm=spec.llm, source=str(p), steps=steps,
+                     start=spec.start, **hooks)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}{exc}") from exc
 
 
 def load_agent(spec: str | Path | Agent | None = None) -> Agent:

@@ -52,6 +52,7 @@ class CallResult:
     context: list[Any] = field(default_factory=list)  # the LLM's chat history at the end
     heard_log: list[tuple[int, str]] = field(default_factory=list)  # (turn, assistant text kept)
     hangup: str | None = None  # why the agent ended the call itself (None: the caller did)
+    transfer: dict[str, Any] | None = None  # {turn_id, target, reason, confirmed}: transferred
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -73,7 +74,7 @@ class CallResult:
         return {"resumed": resumed,
                 "rejected_noise": sum(1 for r in self.turns if r.rejected is not None),
                 "idle_prompts": sum(1 for r in self.turns if r.initiated == "idle_prompt"),
-                "hangup": self.hangup}
+                "hangup": self.hangup, **({"transfer": self.transfer} if self.transfer else {})}
 
     def recovery_gaps_ms(self) -> list[float]:
         """Per recovered turn: silence at the caller inside the reply (sum of its stalls, ms)."""
@@ -174,7 +175,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, transcript.lines, error, tools,
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
-                      hangup=session.hangup)
+                      hangup=session.hangup, transfer=session.transfer)
 
 
 class Overtalk:

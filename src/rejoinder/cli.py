@@ -37,7 +37,7 @@ def print_turns(result, as_json: bool) -> None:
             print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "time_to_answer_ms", "segments",
                                                 "largest_segment", "transcript", "heard_text",
                                                 "boundaries", "estimated", "tools", "tool_decisions",
-                                                "stalls")}))
+                                                "stalls", "steps", "call_end")}))
         return
     table = Table(title=f"call {result.call_id}: voice-to-voice latency per turn (ms)")
     for col in ("turn", "caller said", "agent said (heard)", "V2V", "critical path", "largest"):

@@ -13,6 +13,11 @@ are kept whatever was heard — they happened.
 
 Tool runs are stamped here (``tool_start`` / ``tool_end``, with name, arguments, reversibility and
 whether the run was tentative) — the one place tools are timed.
+
+Conversation steps (:mod:`rejoinder.flow`): the conversation is at a :class:`~rejoinder.flow.Position`
+(the agent speaking, its current step). A request adds the step's instructions after the
+history and restricts the calls to the step's tools (``LLMRequest.allowed_tools``); a reply's
+moves are committed with :meth:`Conversation.commit` once the reply is no longer tentative.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .agent import Agent
-from .events import ToolCallEvent
+from .errors import ConfigError
+from .events import StepEntered, ToolCallEvent
+from .flow import CONTROLS, GoTo, HandOff, HangUp, Position, Transfer
 from .ports import ChatMessage, LLMRequest, ToolCall
 from .stages import Stamper
 from .tools import CallContext, ToolError, result_json
@@ -38,6 +45,7 @@ class ToolRun:
     error: str | None = None
     tentative: bool = False
     compensated: bool = False
+    control: Any = None  # a GoTo / HandOff / HangUp / Transfer the tool returned
 
     def message(self) -> ChatMessage:
         """The ``tool`` message given back to the LLM."""
@@ -57,40 +65,88 @@ class Conversation:
     """The chat with the LLM for one call (see the module docstring)."""
 
     def __init__(self, agent: Agent, ctx: CallContext, st: Stamper) -> None:
-        self.agent = agent
         self.ctx = ctx
         self.st = st
         self.history: list[ChatMessage] = []
         self._ids = itertools.count(1)
-        self.system = ChatMessage("system", agent.instructions)
-        self.tool_schemas = tuple(t.schema for t in agent.tools.values())
         self.heard_log: list[tuple[int, str]] = []  # (turn id, assistant text added as heard)
+        self.position = Position.start(agent)
+        self.on_end = None  # called with (turn id, HangUp | Transfer) when a reply ends the call
+        if self.position.step is not None:
+            st.emit(StepEntered(agent.name, self.position.step.name, None, "start", None,
+                                st.now(), st.call_id, 0))
+
+    @property
+    def agent(self) -> Agent:
+        """The agent speaking now (another one after a hand-off)."""
+        return self.position.agent
+
+    @property
+    def system(self) -> ChatMessage:
+        return ChatMessage("system", self.agent.instructions)
+
+    @property
+    def tool_schemas(self) -> tuple:
+        return tuple(t.schema for t in self.agent.tools.values())
 
     # --- requests -----------------------------------------------------------------------------
-    def request(self, pending: list[ChatMessage], *, final_step: bool) -> LLMRequest:
-        """The LLM request for the next step of a reply: system, history, then ``pending`` (this
-        reply's messages so far). The last allowed step may only speak (``tool_choice`` none)."""
+    def request(self, pending: list[ChatMessage], *, final_step: bool,
+                pos: Position | None = None) -> LLMRequest:
+        """The LLM request for the next step of a reply at ``pos`` (default: the committed
+        position): system, history, the conversation step's instructions, then ``pending``
+        (this reply's messages so far). Every tool of the agent is described; only the step's
+        may be called (``allowed_tools``), and a step with ``required`` makes the reply's first
+        request a required call. The last allowed step may only speak (``tool_choice`` none)."""
+        pos = pos or self.position
+        agent = pos.agent
         history = self.history
-        keep = self.agent.llm.history_turns
+        keep = agent.llm.history_turns
         if keep:
             users = [i for i, m in enumerate(history) if m.role == "user"]
             history = history[users[-keep]:] if len(users) > keep else history
+        schemas = tuple(t.schema for t in agent.tools.values())
+        allowed = pos.allowed()
+        step = pos.step
+        note = (ChatMessage("system", step.instructions),) if step and step.instructions else ()
+        if final_step or not schemas or allowed == ():
+            choice, allowed = "none", None
+        elif step is not None and step.required and len(pending) == 1:
+            choice = "required"
+        else:
+            choice = "auto"
         return LLMRequest(
-            (self.system, *history, *pending), max_tokens=self.agent.llm.max_tokens,
-            temperature=self.agent.llm.temperature, tools=self.tool_schemas,
-            tool_choice="none" if final_step or not self.tool_schemas else "auto",
-            cache_key=self.ctx.call_id, tool_threshold=self.agent.llm.tool_threshold,
-            talk_examples=tuple(self.agent.llm.talk_examples))
+            (ChatMessage("system", agent.instructions), *history, *note, *pending),
+            max_tokens=agent.llm.max_tokens, temperature=agent.llm.temperature, tools=schemas,
+            tool_choice=choice, cache_key=self.ctx.call_id, allowed_tools=allowed,
+            tool_threshold=agent.llm.tool_threshold, talk_examples=tuple(agent.llm.talk_examples))
+
+    def commit(self, turn_id: int, moves: list[tuple[Position, str, str]], ending: Any = None) -> None:
+        """Make a reply's moves the conversation's (``(position, reason, tool)`` each, in order;
+        stamped as :class:`~rejoinder.events.StepEntered`) and pass on a call ending
+        (:class:`~rejoinder.flow.HangUp` / :class:`~rejoinder.flow.Transfer`) to :attr:`on_end`."""
+        for pos, reason, tool in moves:
+            prev = self.position
+            self.position = pos
+            self.st.emit(StepEntered(pos.agent.name, pos.label(), prev.label(), reason, tool,
+                                     self.st.now(), self.st.call_id, turn_id,
+                                     {"previous_agent": prev.agent.name} if reason == "handoff" else {}))
+        if ending is not None and self.on_end is not None:
+            self.on_end(turn_id, ending)
 
     def new_call_id(self) -> str:
         return f"call_{next(self._ids)}"
 
     # --- tools --------------------------------------------------------------------------------
-    async def run_tool(self, turn_id: int, call: ToolCall, *, tentative: bool = False) -> ToolRun:
-        """Run one tool call, stamped; failures (unknown tool, bad arguments, an exception, the
-        timeout) become the run's ``error`` for the LLM to read. Never raises but for
-        cancellation."""
-        tool = self.agent.tools.get(call.name)
+    async def run_tool(self, turn_id: int, call: ToolCall, *, tentative: bool = False,
+                       pos: Position | None = None) -> ToolRun:
+        """Run one tool call at ``pos`` (default: the committed position), stamped; failures
+        (unknown tool, a tool the current step does not allow, bad arguments, an exception, the
+        timeout, a control result naming no step or agent) become the run's ``error`` for the
+        LLM to read. A control result (:mod:`rejoinder.flow`) is kept as the run's ``control``
+        and its ``result`` given to the LLM. Never raises but for cancellation."""
+        pos = pos or self.position
+        agent = pos.agent
+        tool = agent.tools.get(call.name)
         run = ToolRun(call, tentative=tentative)
         reversible = bool(tool and tool.reversible)
         self.st.stamp("tool_start", turn_id, name=call.name, args=dict(call.arguments),
@@ -98,8 +154,14 @@ class Conversation:
         try:
             if tool is None:
                 raise ToolError(f"there is no tool named {call.name!r}; the tools are "
-                                f"{', '.join(self.agent.tools) or 'none'}")
+                                f"{', '.join(agent.tools) or 'none'}")
+            allowed = pos.allowed()
+            if allowed is not None and call.name not in allowed:  # a backend that ignored it
+                raise ToolError(f"{call.name} cannot be used now; the tools for this part of the "
+                                f"call are {', '.join(allowed) or 'none'}")
             run.result = await tool.run(self.ctx, call.arguments)
+            if isinstance(run.result, CONTROLS):
+                run.control, run.result = self._control(agent, run.result), run.result.result
         except ToolError as exc:
             run.error = str(exc)
         except TimeoutError:
@@ -109,6 +171,26 @@ class Conversation:
         self.st.emit(ToolCallEvent(call.name, dict(call.arguments), reversible, self.st.now(),
                                    self.st.call_id, turn_id, result=run.result, error=run.error))
         return run
+
+    @staticmethod
+    def _control(agent: Agent, control: Any) -> Any:
+        """A tool's control result, checked: a GoTo's step exists, a HandOff's agent is loaded.
+
+        Raises:
+            ToolError: naming the unknown step or the agent that cannot be loaded.
+        """
+        try:
+            if isinstance(control, GoTo):
+                agent.step(control.step)
+            elif isinstance(control, HandOff) and not isinstance(control.agent, Agent):
+                from .agent import load_agent
+                control = HandOff(load_agent(control.agent), control.step, control.result)
+            if isinstance(control, HandOff) and control.agent.steps:
+                control.agent.step(control.step)
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from None
+        assert isinstance(control, (GoTo, HandOff, HangUp, Transfer))
+        return control
 
     async def compensate(self, turn_id: int, run: ToolRun) -> None:
         """Undo a tentative reversible run (the transcript it was based on changed)."""

@@ -179,8 +179,45 @@ class Recovery:
     turn_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class StepEntered:
+    """The conversation moved to ``step`` of ``agent`` (:mod:`rejoinder.flow`) from ``previous``.
+    ``reason``: ``start`` (the call opened), ``next`` (the step's ``next`` after ``tool``
+    succeeded), ``goto`` (``tool`` returned a GoTo), ``handoff`` (``tool`` handed the call to
+    ``agent``; ``data.previous_agent``)."""
+
+    agent: str
+    step: str | None
+    previous: str | None
+    reason: str
+    tool: str | None
+    t_ms: float
+    call_id: str
+    turn_id: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnd:
+    """The agent ends the call after turn ``turn_id``'s reply: ``kind`` ``hangup`` or
+    ``transfer`` (to ``target``), ``reason`` why (``end_call``, ``no_input``…). ``status``:
+    ``requested`` (the reply is still playing), ``confirmed`` (the transport confirmed the reply
+    played to its end: the line closes now), ``unconfirmed`` (no confirmation within the
+    watchdog: closed anyway), ``cancelled`` (the caller spoke over it: the call goes on).
+    ``data``: the transport's transfer action and its outcome, the watchdog's wait."""
+
+    kind: str
+    reason: str
+    target: str | None
+    status: str
+    t_ms: float
+    call_id: str
+    turn_id: int
+    data: dict[str, Any] = field(default_factory=dict)
+
+
 Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
-              SpeakableText, AgentSpeech, ErrorEvent, Recovery]
+              SpeakableText, AgentSpeech, ErrorEvent, Recovery, StepEntered, CallEnd]
 EVENT_TYPES: tuple[type, ...] = get_args(Event)
 
 Observer = Callable[[Event], None]

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-from .conversation import Conversation, Step
+from .conversation import Conversation, Step, ToolRun
 from .events import LlmToken, Recovery
+from .flow import HangUp, Transfer, move
 from .ports import ChatMessage, LLMPort, ToolCall, ToolDecision
 from .reply import RecoveryPolicy
 from .stages import timed_llm, watch
@@ -66,14 +67,42 @@ class Draft:
         self._confirmed = asyncio.Event()
         if not tentative:
             self._confirmed.set()
+        # conversation steps (rejoinder.flow): this reply's position, its moves not yet
+        # committed to the conversation (a tentative reply's wait for the commit), and a call
+        # ending (HangUp / Transfer) with the index of the LLM step that should say goodbye
+        self.pos = conv.position
+        self._moves: list = []
+        self.ending: HangUp | Transfer | None = None
+        self._ending_at = 0
+        self._ending_sent = False
 
     @property
     def tentative(self) -> bool:
         return not self._confirmed.is_set()
 
     def confirm(self) -> None:
-        """The turn is final with this transcript: irreversible tools may run now."""
+        """The turn is final with this transcript: irreversible tools may run now, and the
+        reply's step moves become the conversation's."""
         self._confirmed.set()
+        self._commit()
+
+    def _commit(self) -> None:
+        ending = self.ending if not self._ending_sent else None
+        if self._moves or ending is not None:
+            moves, self._moves = self._moves, []
+            self._ending_sent = self._ending_sent or ending is not None
+            self.conv.commit(self.turn_id, moves, ending)
+
+    def _after_run(self, run: ToolRun) -> None:
+        """Follow a tool run: a call ending, a GoTo / HandOff, or the step's ``next``."""
+        if isinstance(run.control, (HangUp, Transfer)):
+            self.ending, self._ending_at = run.control, len(self.steps)
+        moved = move(self.pos, run.control, run.call.name, run.error is None)
+        if moved is not None:
+            self.pos = moved[0]
+            self._moves.append((moved[0], moved[1], run.call.name))
+        if not self.tentative:
+            self._commit()
 
     async def settled_runs(self) -> list:
         """Every tool run this draft started, once each has finished (a run is never cut short
@@ -114,34 +143,44 @@ class Draft:
 
     async def _loop(self) -> None:
         pending: list[ChatMessage] = [ChatMessage("user", self.user_text)]
-        max_steps = self.conv.agent.llm.max_steps
+        max_steps = self.pos.agent.llm.max_steps
         for k in range(max_steps):
+            if self.ending is not None and self.ending.say:
+                break  # the runtime says the goodbye itself
             step = Step()
             self.steps.append(step)
             if k and any(s.text for s in self.steps[:-1]):
                 self._put(Say(" "))  # the previous step's last sentence ends here
-            calls = await self._step(pending, step, final=k == max_steps - 1)
+            calls = await self._step(pending, step,
+                                     final=k == max_steps - 1 or self.ending is not None)
             if not calls:
                 break
             self._put(Say("", flush=True))
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
             for call in calls:
-                tool = self.conv.agent.tools.get(call.name)
+                tool = self.pos.agent.tools.get(call.name)
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
                 task = asyncio.ensure_future(
-                    self.conv.run_tool(self.turn_id, call, tentative=self.tentative))
+                    self.conv.run_tool(self.turn_id, call, tentative=self.tentative, pos=self.pos))
                 self._tool_tasks.append(task)
                 run = await asyncio.shield(task)
                 step.runs.append(run)
                 pending.append(run.message())
-        if not any(s.text.strip() for s in self.steps) and self.policy.recovery_line:
+                self._after_run(run)
+        if self.ending is not None:
+            if self.ending.say or not any(s.text.strip() for s in self.steps[self._ending_at:]):
+                source = "goodbye" if isinstance(self.ending, HangUp) else "transfer"
+                if any(s.text for s in self.steps):
+                    self._put(Say(" "))
+                self._put(Say(self.ending.say or self.ending.fallback, source))
+        elif not any(s.text.strip() for s in self.steps) and self.policy.recovery_line:
             self._recovered("recovery_line", "the LLM wrote nothing to say")
             self._put(Say(RECOVERY_LINE, "recovery"))
 
     async def _step(self, pending: list[ChatMessage], step: Step, *, final: bool) -> list[ToolCall]:
         """One LLM request (retried once from the text so far); returns its tool calls."""
-        request = self.conv.request(pending, final_step=final)
+        request = self.conv.request(pending, final_step=final, pos=self.pos)
         st = self.conv.st
         for attempt in range(self.policy.llm_retries + 1):
             calls: list[ToolCall] = []

@@ -23,8 +23,10 @@ Expectations (checked by :mod:`rejoinder.harness.expect`):
 * per call: ``final_db`` — the rows the database must hold at the end
   (``{table: {row id: {column: value}}}``, a subset of the application's ``db_state``),
   ``only_expected_tools`` (no tool beyond those expected may run), ``agent_silent`` (the agent
-  must not speak at all, e.g. for a silent caller) and ``hangs_up`` (the agent must / must not
-  end the call itself).
+  must not speak at all, e.g. for a silent caller), ``hangs_up`` (the agent must / must not
+  end the call itself; when it must, its last reply must have been heard to the end before the
+  line closed) and ``transfers`` (the agent must / must not transfer the call to a person,
+  after its last reply was heard).
 
 ``turn_policy`` sets turn-taking options this call needs over the agent's configuration, e.g.
 ``{idle: {reprompt_ms: 4000, hangup_ms: 4000}}`` — idle handling is off unless a scenario asks.
@@ -138,6 +140,8 @@ class Scenario(BaseModel):
     agent_silent: bool = False
     hangs_up: bool | None = Field(None, description="true: the agent must end the call itself "
                                   "(idle goodbye); false: it must not")
+    transfers: bool | None = Field(None, description="true: the agent must transfer the call to a "
+                                   "person (after its reply played); false: it must not")
     turn_policy: dict[str, Any] = Field(default_factory=dict, description="turn-taking settings "
                                         "over the agent's, e.g. {idle: {reprompt_ms: 4000}}")
     caller_voice: str = Field("en-us+m1", description="espeak-ng voice of the say: segments (not the agent's)")

@@ -27,7 +27,9 @@ from .audio_io import resample
 from .clock import wait_within
 from .conversation import Conversation, Step, undo_runs
 from .dictation import dictated_digits, number_open
+from .ending import CallEnder
 from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
+from .flow import Transfer
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply
@@ -90,12 +92,15 @@ class Session:
                  policy: TurnPolicy | None = None, max_seconds: float = 900.0,
                  caller_side_playout: bool = True, recovery: RecoveryPolicy | None = None,
                  filler: FillerPolicy | None = None, preemptive: bool = True,
-                 downstream_lag_ms: float = 0.0) -> None:
+                 downstream_lag_ms: float = 0.0, end_confirm_ms: float = 2000.0) -> None:
         """``ctx`` is the call's context for tools and hooks (default: just the call id).
         ``preemptive``: start the LLM on a pause's transcript before the turn is decided over.
         ``downstream_lag_ms``: audio a live transport still holds after this playout (client
         jitter buffer + output latency). On a cut, that much of the "played" audio never reached
-        the caller, so it is not counted as heard (and the heard text is flagged estimated)."""
+        the caller, so it is not counted as heard (and the heard text is flagged estimated).
+        ``end_confirm_ms``: when the agent ends the call, how long after the last reply left this
+        playout to wait for the transport's confirmation that it played (:meth:`playout_confirmed`)
+        before ending anyway (:mod:`rejoinder.ending`)."""
         if stack.llm is None:
             raise ValueError("an LLM-driven session needs an LLM port (Stack.llm)")
         self.st = st
@@ -135,9 +140,27 @@ class Session:
         self._tasks: set[asyncio.Task] = set()
         self.errors: list[BaseException] = []
         self.closed = False
-        self._hangup_after: tuple[int, str] | None = None  # (goodbye turn, why)
-        self.hangup: str | None = None  # set when the agent has ended the call (why); the
-        # transport must then close the line (callrun stops, the server closes the socket)
+        # the agent ending the call (hang-up, transfer) once its last reply played at the caller
+        self.ender = CallEnder(st, caller_side=caller_side_playout, confirm_timeout_ms=end_confirm_ms)
+        self.conv.on_end = lambda turn_id, end: self.ender.request(
+            turn_id, "transfer" if isinstance(end, Transfer) else "hangup", end.reason,
+            getattr(end, "target", None))
+
+    @property
+    def hangup(self) -> str | None:
+        """Why the agent has ended the call (None: it has not); the transport must then close
+        the line (callrun stops, the server closes the socket)."""
+        return self.ender.hangup
+
+    @property
+    def transfer(self) -> dict[str, Any] | None:
+        """``{turn_id, target, reason, confirmed}`` once the agent transferred the call."""
+        return self.ender.transfer
+
+    def playout_confirmed(self, turn_id: int, t_ms: float) -> None:
+        """The transport confirms that turn ``turn_id``'s reply finished playing at the caller
+        at ``t_ms`` (a Twilio mark echo, the browser's playout end)."""
+        self.ender.confirmed(turn_id, t_ms)
 
     # --- transport side ----------------------------------------------------------------------
     def on_frame(self, pcm: np.ndarray, t_ms: float) -> None:
@@ -167,6 +190,7 @@ class Session:
 
     def tick_playout(self, t_ms: float) -> np.ndarray:
         """The 20 ms of agent audio the caller hears from ``t_ms`` (int16, 16 kHz)."""
+        self.ender.tick(t_ms)
         return self.playout.tick(t_ms)
 
     # --- actions -----------------------------------------------------------------------------
@@ -230,6 +254,7 @@ class Session:
         entry = self._replies.pop(turn_id, None)
         if entry is not None:
             entry[1].cancel()
+        self.ender.reply_done(turn_id, True, self.st.now())  # a dropped goodbye ends nothing
         if self.playout.reply is not None and self.playout.reply.turn_id == turn_id:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
 
@@ -422,7 +447,7 @@ class Session:
         self.st.emit(TurnDecision(False, 0.0, source, self.st.now(), self.st.call_id, turn_id,
                                   {"text": text, "hangup": hangup}))
         if hangup is not None:
-            self._hangup_after = (turn_id, hangup)
+            self.ender.request(turn_id, "hangup", hangup)
         self._replies[turn_id] = (None, self._spawn(self._say(turn_id, text, source), turn_id, "reply"))
 
     def greet(self) -> None:
@@ -454,8 +479,7 @@ class Session:
             self._replies.pop(audio.turn_id, None)
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
-            if self._hangup_after is not None and self._hangup_after[0] == audio.turn_id:
-                self.hangup = self._hangup_after[1]
+        self.ender.reply_done(audio.turn_id, interrupted, self.st.now())
 
     async def close(self) -> None:
         """Cancel everything still running for this call and wait for it."""

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
+from .events import (AgentSpeech, Boundary, CallEnd, ErrorEvent, Event, Recovery, StepEntered,
+                     ToolCallEvent,
                      TranscriptEvent, TurnDecision, event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
@@ -71,6 +72,8 @@ class TurnRecord:
     resumed: list[str] = field(default_factory=list)  # why the reply talked on after caller sounds
     rejected: dict[str, Any] | None = None  # why the turn was rejected as noise, what was heard
     initiated: str | None = None  # the agent spoke on its own (e.g. "idle_prompt"): no caller turn
+    steps: list[dict[str, Any]] = field(default_factory=list)  # conversation steps entered
+    call_end: dict[str, Any] | None = None  # the agent ended the call after this turn
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -146,6 +149,8 @@ class TurnRecord:
             "resumed": self.resumed,
             "rejected": self.rejected,
             "initiated": self.initiated,
+            "steps": self.steps,
+            "call_end": self.call_end,
             "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
             "tool_decisions": self.tool_decisions,
         }
@@ -196,6 +201,14 @@ class Timeline:
                 rec.status = rec.initiated = "idle_prompt"
             else:  # a sound over the reply that it talked on after
                 rec.resumed.append(event.reason)
+        elif isinstance(event, StepEntered):
+            self.turn(event.turn_id).steps.append(
+                {"agent": event.agent, "step": event.step, "from": event.previous,
+                 "reason": event.reason, "tool": event.tool, "t_ms": round(event.t_ms, 3)})
+        elif isinstance(event, CallEnd):
+            self.turn(event.turn_id).call_end = {
+                "kind": event.kind, "reason": event.reason, "target": event.target,
+                "status": event.status, "t_ms": round(event.t_ms, 3)}
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
             if event.interrupted and "playback_start" not in rec.stamps:

@@ -107,6 +107,10 @@ class Tool:
         if compensate is not None and not reversible:
             raise ConfigError(f"tool {self.name!r}: only a reversible tool can be compensated")
         self.compensate_fn = compensate
+        if isinstance(examples, str) or not all(isinstance(e, str) and e.strip() for e in examples):
+            raise ConfigError(f"tool {self.name!r}: examples are a list of caller utterances "
+                              "(non-empty strings)")
+        self.examples: tuple[str, ...] = tuple(e.strip() for e in examples)
         summary, param_docs = _doc_parts(fn)
         self.description = description or summary or self.name.replace("_", " ")
         self.context_param: str | None = None
@@ -131,7 +135,6 @@ class Tool:
             fields[p.name] = (hint, Field(default, description=doc) if doc else Field(default))
         self.params: type[BaseModel] = create_model(  # type: ignore[call-overload]
             f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
-        self.examples = tuple(str(x) for x in examples)
         self.schema = ToolSchema(self.name, self.description,
                                  _clean_schema(self.params.model_json_schema()), self.examples)
 
@@ -195,9 +198,9 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
 
     ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
-    ``examples``: a few caller utterances that call for the tool; the embedded LLM's tool gate
-    shows them to the model and calibrates its threshold on them (``rejoinder calibrate``).
-    Returns a :class:`Tool`.
+    ``examples`` are a few caller utterances that should make the LLM call this tool (kept as
+    :attr:`Tool.examples`, a tuple of str): the embedded LLM's tool-decision gate is calibrated
+    on them. Returns a :class:`Tool`.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,

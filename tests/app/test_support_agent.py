@@ -144,7 +144,7 @@ async def test_each_call_gets_a_fresh_database_that_is_deleted_when_it_ends():
 def test_the_tools_the_llm_sees():
     schemas = {t.name: t.schema for t in support.agent.tools.values()}
     assert set(schemas) == {"lookup_order", "list_appointments", "reschedule_appointment",
-                            "cancel_appointment"}
+                            "cancel_appointment", "transfer_to_human", "end_call"}
     assert schemas["lookup_order"].parameters == {
         "type": "object", "additionalProperties": False, "required": ["order_id"],
         "properties": {"order_id": {"type": "string", "pattern": "^[0-9]{4}$", "description":
@@ -160,3 +160,17 @@ def test_the_tools_the_llm_sees():
     assert schemas["list_appointments"].parameters["properties"] == {}
     assert "said yes" in schemas["cancel_appointment"].description
     assert appointments_of  # the database module is the one the tools use
+
+
+def test_steps_guard_the_irreversible_cancel():
+    """Cancelling is callable only once the caller's appointments were listed (in the same reply
+    or earlier); every other tool is callable from the start."""
+    from rejoinder.flow import Position, move
+
+    start = Position.start(support.agent)
+    assert start.label() == "main" and "cancel_appointment" not in start.allowed()
+    assert {"lookup_order", "reschedule_appointment", "transfer_to_human", "end_call"} <= set(start.allowed())
+    pos, reason = move(start, None, "list_appointments", True)
+    assert (pos.label(), reason) == ("appointments", "next") and "cancel_appointment" in pos.allowed()
+    assert move(start, None, "list_appointments", False) is None  # a failed listing moves nothing
+    assert move(start, None, "lookup_order", True) is None

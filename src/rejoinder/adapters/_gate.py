@@ -52,10 +52,12 @@ NONE_LABEL = "none"
 
 #: Small talk the gate's prompt shows as ``none`` when an agent gives no examples of its own
 #: (``Agent(talk_examples=…)`` adds to them). Written apart from every benchmark item.
+#: No goodbyes or requests for a person among them: an agent with ``end_call`` or
+#: ``transfer_to_human`` tools calls those (one without adds such examples as talk).
 DEFAULT_TALK_EXAMPLES: tuple[str, ...] = (
-    "Hi there.", "Good morning!", "Thanks a lot, bye.", "Okay.", "Yes please.",
-    "How's your day going?", "Do you sell gift cards?", "Can I speak to someone?",
-    "Never mind.", "Perfect, that's everything.",
+    "Hi there.", "Good morning!", "Thanks a lot.", "Okay.", "Yes please.",
+    "How's your day going?", "Do you sell gift cards?", "Never mind.", "Sounds good to me.",
+    "Hang on a second.",
 )
 
 #: Thresholds calibrated for models that ship with rejoinder (model file stem → threshold), on

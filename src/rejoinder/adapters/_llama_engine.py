@@ -221,7 +221,7 @@ class ChatEngine:
             raise PortError(f"the model's tool call was cut at {cap} tokens: {text + out!r}")
 
         if self.max_tool_calls > 1:
-            gbnf = call_grammar(request.tools, request.tool_choice, self.max_tool_calls,
+            gbnf = call_grammar(request.callable_tools(), request.tool_choice, self.max_tool_calls,
                                 allow_empty=allow_empty)
             raw = sample("", gbnf, lambda o: o.rstrip().endswith(TOOL_CALL_CLOSE))
         else:
@@ -246,7 +246,7 @@ class ChatEngine:
                 return None
             if out.lstrip("\n").startswith("]"):
                 return "[]" + TOOL_CALL_CLOSE
-        tools = [t for t in request.tools
+        tools = [t for t in request.callable_tools()  # allowed_tools: only these may be called
                  if request.tool_choice in ("auto", "required") or t.name == request.tool_choice]
         text = '[{"name": "'
         if len(tools) == 1:
@@ -326,7 +326,7 @@ class ChatEngine:
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
         conversation out first (``LlamaLLM`` does, under the gate's own cache key)."""
         gate = self.gate_for(request.tools, request.talk_examples)
-        scores = gate.score(self._llm, request.messages)
+        scores = gate.score(self._llm, request.messages, request.allowed_tools)
         if request.tool_threshold is not None:
             threshold, source = request.tool_threshold, "request"
         else:

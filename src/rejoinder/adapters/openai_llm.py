@@ -98,9 +98,17 @@ class OpenAICompatLLM:
             tool calls (llama-cpp-python's ``chatml-function-calling`` with ``tool_choice:
             "auto"``).
         client: an ``httpx.AsyncClient`` to reuse (its lifetime stays the caller's).
+        allowed_tools: how ``LLMRequest.allowed_tools`` (a conversation step's tools) reaches the
+            server. Every tool is always sent when the restriction fits ``tool_choice`` itself
+            (a required call with one allowed tool is sent as that tool's name; no allowed tool
+            as ``"none"``). Otherwise ``"filter"`` (default: vLLM, llama.cpp and Ollama have no
+            other way) sends only the allowed tools, and ``"tool_choice"`` sends every tool with
+            OpenAI's ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}``
+            ``tool_choice`` (OpenAI's own API), so the prompt describes every tool.
 
     Raises:
-        ConfigError: no base URL was given or found in the environment, or a bad schema_format.
+        ConfigError: no base URL was given or found in the environment, a bad schema_format or
+            allowed_tools.
     """
 
     provider = "openai"  # OpenTelemetry gen_ai.provider.name (the OpenAI-compatible protocol)
@@ -108,7 +116,8 @@ class OpenAICompatLLM:
     def __init__(self, base_url: str | None = None, model: str | None = None,
                  api_key: str | None = None, *, timeout_s: float = 30.0,
                  schema_format: str = "json_schema", prompt_cache_key: bool = False,
-                 stream_tools: bool = True, client: Any = None) -> None:
+                 stream_tools: bool = True, client: Any = None,
+                 allowed_tools: str = "filter") -> None:
         import httpx
 
         base = base_url or os.environ.get("REJOINDER_LLM_BASE_URL")
@@ -118,6 +127,9 @@ class OpenAICompatLLM:
         if schema_format not in ("json_schema", "json_object"):
             raise ConfigError(f"schema_format must be 'json_schema' or 'json_object', "
                               f"not {schema_format!r}")
+        if allowed_tools not in ("filter", "tool_choice"):
+            raise ConfigError(f"allowed_tools must be 'filter' or 'tool_choice', not {allowed_tools!r}")
+        self.allowed_tools = allowed_tools
         self.schema_format = schema_format
         self.prompt_cache_key = prompt_cache_key
         self.stream_tools = stream_tools
@@ -145,10 +157,11 @@ class OpenAICompatLLM:
         if request.stop:
             body["stop"] = list(request.stop)
         if request.tools:
+            sent, choice = self._tools_and_choice(request)
             body["tools"] = [{"type": "function",
                               "function": {"name": t.name, "description": t.description,
-                                           "parameters": t.parameters}} for t in request.tools]
-            body["tool_choice"] = _tool_choice(request.tool_choice)
+                                           "parameters": t.parameters}} for t in sent]
+            body["tool_choice"] = choice
         if self.prompt_cache_key and request.cache_key:
             body["prompt_cache_key"] = request.cache_key
         if request.json_schema is not None and self.schema_format == "json_object":
@@ -159,6 +172,23 @@ class OpenAICompatLLM:
                 "json_schema": {"name": "response", "schema": request.json_schema, "strict": True},
             }
         return body
+
+    def _tools_and_choice(self, request: LLMRequest) -> tuple[tuple[Any, ...], Any]:
+        """The tools to send and the ``tool_choice``, honouring ``LLMRequest.allowed_tools``."""
+        allowed = request.allowed_tools
+        if allowed is None or request.tool_choice == "none":
+            return request.tools, _tool_choice(request.tool_choice)
+        if not allowed:  # nothing may be called: describe every tool, call none
+            return request.tools, "none"
+        if request.tool_choice not in ("auto", "required"):  # one named tool: already narrower
+            return request.tools, _tool_choice(request.tool_choice)
+        if request.tool_choice == "required" and len(allowed) == 1:  # every server knows this
+            return request.tools, _tool_choice(allowed[0])
+        if self.allowed_tools == "tool_choice":
+            return request.tools, {"type": "allowed_tools", "allowed_tools": {
+                "mode": request.tool_choice,
+                "tools": [{"type": "function", "function": {"name": n}} for n in allowed]}}
+        return request.callable_tools(), _tool_choice(request.tool_choice)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]:
         """Yield content deltas (``str``) as the server streams them, and each tool call as one

@@ -60,6 +60,7 @@ class OpenAIOptions(BaseModel):
     schema_format: str = "json_schema"
     prompt_cache_key: bool = False
     stream_tools: bool = True
+    allowed_tools: Literal["filter", "tool_choice"] = "filter"
 
 
 class EspeakOptions(BaseModel):

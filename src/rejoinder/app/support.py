@@ -11,6 +11,9 @@ caller cannot read or change someone else's by saying its number, whatever the L
 Reversibility: ``lookup_order`` and ``list_appointments`` only read (reversible, nothing to undo);
 ``reschedule_appointment`` is reversible (compensated by moving the appointment back);
 ``cancel_appointment`` is irreversible, so it never runs before the caller's turn is final.
+``transfer_to_human`` and ``end_call`` (:mod:`rejoinder.calltools`) hand the call to a person or
+end it, each once the agent's last reply has played. Steps (:data:`STEPS`): cancelling is
+possible only after the caller's appointments were listed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pydantic import BeforeValidator, Field
 
 from rejoinder.agent import Agent
 from rejoinder.app import db
+from rejoinder.calltools import end_call, transfer_to_human
+from rejoinder.flow import AgentStep
 from rejoinder.tools import CallContext, ToolError, tool
 
 BUSINESS = "Maple and Company"
@@ -89,7 +94,7 @@ MOVE_EXAMPLES = ("Push my appointment to Tuesday at noon.", "Can we do Monday mo
 CANCEL_EXAMPLES = ("I won't make it, please call it off.", "Drop my booking.",
                    "Take my appointment off the schedule.")
 #: Caller utterances that need no tool, beside the gate's built-in small talk.
-TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "Bye now."]
+TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "What can you do for me?"]
 
 
 @tool(reversible=True, timeout_s=2.0, examples=ORDER_EXAMPLES)
@@ -255,9 +260,23 @@ def greeting(ctx: CallContext) -> str:
     return f"{hello} for calling {BUSINESS}. How can I help?"
 
 
+# Conversation steps (rejoinder.flow): every tool is described in every request, and all but
+# cancel_appointment may be called from the start, so a caller can switch topics at any time.
+# Cancelling (irreversible) is callable only once the caller's appointments have been listed in
+# this call (list → cancel, with the caller's yes): "appointments" is entered when
+# list_appointments succeeds, in the same reply, so "cancel my haircut" still works in one turn.
+_DOMAIN = ["lookup_order", "list_appointments", "reschedule_appointment"]
+_CALL = ["transfer_to_human", "end_call"]
+STEPS = [
+    AgentStep("main", tools=_DOMAIN + _CALL, next={"list_appointments": "appointments"}),
+    AgentStep("appointments", "Cancel an appointment only after the caller has said yes to "
+              "cancelling it.", tools=_DOMAIN + ["cancel_appointment"] + _CALL),
+]
+
 agent = Agent(
     INSTRUCTIONS, name="support", greeting=greeting,
-    tools=[lookup_order, list_appointments, reschedule_appointment, cancel_appointment],
+    tools=[lookup_order, list_appointments, reschedule_appointment, cancel_appointment,
+           transfer_to_human(), end_call()], steps=STEPS,
     stt_vocabulary=[BUSINESS, "orders", "order numbers", "appointments", "haircut", "consultation"],
     llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3, "talk_examples": TALK_EXAMPLES},
     on_call_start=open_call, on_call_end=close_call, report_state=final_state,

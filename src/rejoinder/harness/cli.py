@@ -116,7 +116,7 @@ def print_turn_taking(summary: dict[str, Any]) -> None:
     t = Table(title="turn-taking with real callers: talked on after a sound over the reply, noise "
               "rejected, idle, endpointing after a dictated number (ms)", box=box.SIMPLE_HEAD)
     for h in ("N", "backchannel", "non-speech", "unclear", "noise turns rejected", "idle prompts",
-              "hang-ups", "dictation endpt p50", "p95", "n"):
+              "hang-ups", "transfers", "dictation endpt p50", "p95", "n"):
         t.add_column(h, justify="right")
     rows = 0
     for lv in summary["levels"]:
@@ -126,7 +126,8 @@ def print_turn_taking(summary: dict[str, Any]) -> None:
         rows += 1
         res, d = tt["resumed"], tt["dictation_endpointing_ms"]
         t.add_row(str(lv["concurrency"]), *(str(res.get(k, 0)) for k in ("backchannel", "non_speech", "unclear")),
-                  str(tt["rejected_noise"]), str(tt["idle_prompts"]), str(tt["hangups"]), _f(d["p50"]),
+                  str(tt["rejected_noise"]), str(tt["idle_prompts"]), str(tt["hangups"]),
+                  str(tt.get("transfers", 0)), _f(d["p50"]),
                   _f(d["p95"]), str(d["n"]))
     if rows:
         out.print(t)

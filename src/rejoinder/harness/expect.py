@@ -23,7 +23,9 @@ attributed to a cause (:attr:`Verdict.causes`, one per failure), from what was m
 * ``interruption`` (barge-in expectations), ``unexpected tool``, ``state`` (final database),
   ``call failed``;
 * ``turn-taking`` — a noise was answered, a number read out was split over turns, an idle
-  prompt came too soon after the agent's audio ended, or the agent did (not) hang up.
+  prompt came too soon after the agent's audio ended, or the agent did (not) hang up;
+* ``no transfer`` / ``unexpected transfer`` / ``cut goodbye`` — call outcomes
+  (:mod:`rejoinder.harness.outcomes`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from ..scenario import Scenario
 from ..turns import TurnPolicy
+from .outcomes import check_outcomes
 
 
 @dataclass
@@ -281,6 +284,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
             fail("turn-taking", "the agent did not end the call")
         elif not sc.hangs_up and hung:
             fail("turn-taking", f"the agent ended the call ({hung})")
+    checks += check_outcomes(sc, result, turns, fail)  # transfer; the goodbye heard to its end
     idle = TurnPolicy().merged(sc.turn_policy).idle if sc.turn_policy else None
     if idle is not None and idle.reprompt_ms is not None:
         checks += 1

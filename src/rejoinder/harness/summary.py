@@ -124,6 +124,7 @@ def turn_taking_summary(turns: list[dict[str, Any]], calls: list[dict[str, Any]]
             "rejected_noise": sum(c["rejected_noise"] for c in tt),
             "idle_prompts": sum(c["idle_prompts"] for c in tt),
             "hangups": sum(1 for c in tt if c["hangup"]),
+            "transfers": sum(1 for c in tt if c.get("transfer")),
             "dictation_endpointing_ms": {**percentiles(dictated), "n": len(dictated)}}
 
 

@@ -55,6 +55,10 @@ class ServerConfig(BaseModel):
     run_store: str | Path | None = Field(None, description="harness run store for live calls: a SQLite "
                                          "file or a postgresql:// URL")
     record_runs: bool = Field(False, description="record live calls in the run store")
+    transfer_webhook: str | None = Field(None, description="/twilio: URL that receives the agent's "
+                                         "transfer requests (JSON with the <Dial> TwiML)")
+    transfer_target: str | None = Field(None, description="/twilio: <Dial> target when the agent's "
+                                        "transfer tool names none")
 
 
 class CallProvider(Protocol):
@@ -280,7 +284,8 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                 link = BrowserLink(ws, call, opener, guard)
                 ended = await call.run(link.receive, link.send_raw, link.pinger)
             else:
-                link = TwilioLink(ws, call, opener, guard)
+                link = TwilioLink(ws, call, opener, guard, transfer_webhook=cfg.transfer_webhook,
+                                  transfer_target=cfg.transfer_target)
                 ended = await call.run(link.receive, link.send_raw)
             log.info("call %s ended: %s", call_id, ended)
             final, ctx = await provider.close_call(ctx), None   # the agent's report_state

@@ -178,6 +178,13 @@ class BrowserLink:
     def held(self, held: bool) -> Iterable[Out]:
         return (json.dumps({"type": "pause" if held else "resume"}),)
 
+    async def transfer(self, tr: dict[str, Any]) -> dict[str, Any]:
+        """The agent transfers the call (its last reply has played): tell the page, which hands
+        the caller to a person its own way; the server then closes the socket (1000)."""
+        self.call.send([_j(type="transfer", turn_id=tr["turn_id"], target=tr["target"],
+                           reason=tr["reason"])])
+        return {"action": "event"}
+
     def event(self, ev: Event) -> Iterable[Out]:
         out: list[Out] = []
         if isinstance(ev, TranscriptEvent):

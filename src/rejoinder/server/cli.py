@@ -28,6 +28,11 @@ def register(app: typer.Typer) -> None:
                                                  "file or postgresql://… (default: $REJOINDER_STORE or "
                                                  "the user data dir)"),
               no_store: bool = typer.Option(False, "--no-store", help="keep no call records"),
+              transfer_webhook: Optional[str] = typer.Option(
+                  None, help="/twilio: URL that receives the agent's transfer requests (JSON "
+                  "with the <Dial> TwiML to run)"),
+              transfer_target: Optional[str] = typer.Option(
+                  None, help="/twilio: <Dial> target when the transfer tool names none"),
               log_level: str = typer.Option("info")) -> None:
         """Serve the agent: talk to it from a browser (/), a WebSocket client (/ws) or a phone
         line through Twilio Media Streams (/twilio). Each socket is one call, measured like
@@ -66,7 +71,8 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(2)
         server_cfg = ServerConfig(token=secret, max_calls=max_calls, max_call_s=max_call_s,
                                   store_dir=None if no_store else store, run_store=runs,
-                                  record_runs=not no_store)
+                                  record_runs=not no_store, transfer_webhook=transfer_webhook,
+                                  transfer_target=transfer_target)
         web = create_app(server_cfg, AgentProvider(runtime))
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
         if source == "generated":

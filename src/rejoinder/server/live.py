@@ -24,7 +24,7 @@ import numpy as np
 from .. import telemetry
 from ..agent import Agent
 from ..clock import RealClock
-from ..events import Event, EventBus
+from ..events import CallEnd, Event, EventBus
 from ..session import LINE_RATE, Session, Stack
 from ..stages import Stamper
 from ..timeline import CallTranscript, Timeline
@@ -143,6 +143,8 @@ class LiveCall:
             return f"time {t_ms:.0f} ms is outside the call (now {now:.0f} ms)"
         estimated = bool(data.pop("estimated", False))
         self.st.stamp(name, turn_id, t_ms, estimated=estimated, **data)
+        if name == "playback_end":  # the caller's side played the reply out: an agent's
+            self.session.playout_confirmed(turn_id, t_ms)  # hang-up may close the line now
         return None
 
     def turn_summary(self, turn_id: int) -> dict[str, Any] | None:
@@ -178,16 +180,12 @@ class LiveCall:
         playout = self.session.playout
         held = False
         t = self.clock.now_ms()
-        hangup_at: float | None = None
         while True:
             await self.clock.pace(t)
             if self._failure is not None:
                 raise self._failure
-            if self.session.hangup is not None:  # the agent ended the call: close the line once
-                if hangup_at is None:             # the client has played out its buffer
-                    hangup_at = t + self._downstream_lag_ms
-                elif t >= hangup_at:
-                    raise CallEnded(Close.NORMAL, f"the agent hung up ({self.session.hangup})")
+            if self.session.hangup is not None:  # the agent ended the call, and the transport
+                raise await self._agent_ended()  # confirmed its last reply played (or the watchdog)
             if self.clock.now_ms() - t > RESYNC_MS:
                 t = self.clock.now_ms()
             r = playout.reply
@@ -202,6 +200,27 @@ class LiveCall:
             if t > self.max_call_ms:
                 raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
             t += FRAME_MS
+
+    async def _agent_ended(self) -> CallEnded:
+        """The agent hung up or transferred the call: run the transport's transfer action
+        (``Downlink.transfer``, if it has one), record it, and say how the socket closes."""
+        tr = self.session.transfer
+        self.meta["hangup"] = self.session.hangup
+        if tr is None:
+            return CallEnded(Close.NORMAL, f"the agent hung up ({self.session.hangup})")
+        action = getattr(self.downlink, "transfer", None)
+        try:
+            outcome = await action(tr) if action is not None else {"action": "none"}
+        except Exception as exc:  # noqa: BLE001 — recorded; the line still closes
+            outcome = {"action": "failed", "error": repr(exc)}
+        self.meta["transfer"] = {**tr, **outcome}
+        self.st.emit(CallEnd("transfer", tr["reason"], tr["target"], "transferred", self.clock.now_ms(),
+                             self.call_id, tr["turn_id"], dict(outcome)))
+        for _ in range(50):  # let the writer send what is queued (a transfer message) first
+            if self.outbox.empty():
+                break
+            await asyncio.sleep(0.01)
+        return CallEnded(Close.NORMAL, "the agent transferred the call")
 
     async def _write(self, send: Callable[[str | bytes], Awaitable[None]]) -> None:
         while True:

@@ -55,6 +55,8 @@ class CallReports:
             turns=turns,
             tools=[{"turn_id": t["turn_id"], **tool} for t in turns for tool in t.get("tools", [])],
             db=final_state,
+            hangup=call.meta.get("hangup"),      # why the agent ended the call (None: it did not)
+            transfer=call.meta.get("transfer"),  # the transfer it made, and its action's outcome
         )
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -16,6 +16,10 @@ and ``e<turn>`` after its last frame; their echoes stamp ``playback_start`` / ``
 Twilio's media server reached them (``source: twilio_mark`` — the phone network's own delay after
 Twilio is not observable). On barge-in the server sends ``clear`` then a mark ``c<turn>``, whose
 immediate echo stamps ``interrupted_at``; marks flushed by the clear are not taken as played.
+The ``e<turn>`` echo is also the confirmation an agent's hang-up or transfer waits for.
+
+Transfer to a person (:func:`rejoinder.calltools.transfer_to_human`): a configurable action,
+:meth:`TwilioLink.transfer` (a webhook that receives the ``<Dial>`` TwiML to run).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import html
 import json
 from typing import Any, Iterable
 
@@ -108,7 +113,13 @@ async def read_start(ws: WebSocket, guard: MessageGuard, token: str) -> Start:
 class TwilioLink:
     """Receive loop and downlink of one Media Streams call."""
 
-    def __init__(self, ws: WebSocket, call: LiveCall, start: Start, guard: MessageGuard) -> None:
+    def __init__(self, ws: WebSocket, call: LiveCall, start: Start, guard: MessageGuard, *,
+                 transfer_webhook: str | None = None, transfer_target: str | None = None) -> None:
+        """``transfer_webhook``: the URL that receives a transfer request (see :meth:`transfer`);
+        ``transfer_target``: the ``<Dial>`` destination when the agent's tool names none."""
+        self.transfer_webhook = transfer_webhook
+        self.transfer_target = transfer_target
+        self.call_sid = start.callSid
         self.ws = ws
         self.call = call
         self.sid = start.streamSid
@@ -173,6 +184,30 @@ class TwilioLink:
             self.call.client_stamp("playback_end", turn_id, now, **data)
         elif kind == "c":
             self.call.client_stamp("interrupted_at", turn_id, now, **data)
+
+    async def transfer(self, tr: dict[str, Any]) -> dict[str, Any]:
+        """The agent transfers the call (its last reply's ``e<turn>`` mark came back): POST
+        ``{call_sid, stream_sid, call_id, target, reason, twiml}`` as JSON to the configured
+        webhook, where ``twiml`` is ``<Response><Dial>TARGET</Dial></Response>`` — the handler
+        updates the live call with it (Twilio's Calls API ``twiml`` parameter) — then the
+        stream closes. Without a webhook nothing is sent: Twilio runs the TwiML verbs after
+        ``<Connect>`` when the stream closes. Returns what happened (recorded with the call)."""
+        target = tr.get("target") or self.transfer_target
+        twiml = (f"<Response><Dial>{html.escape(target)}</Dial></Response>" if target else None)
+        if not self.transfer_webhook:
+            return {"action": "stream_closed", "target": target, "twiml": twiml}
+        import httpx
+
+        body = {"call_sid": self.call_sid, "stream_sid": self.sid, "call_id": self.call.call_id,
+                "target": target, "reason": tr.get("reason"), "twiml": twiml}
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as client:
+                resp = await client.post(self.transfer_webhook, json=body)
+            return {"action": "webhook", "url": self.transfer_webhook, "status": resp.status_code,
+                    "target": target, "twiml": twiml}
+        except httpx.HTTPError as exc:
+            return {"action": "webhook", "url": self.transfer_webhook, "error": repr(exc),
+                    "target": target, "twiml": twiml}
 
     # --- Downlink -------------------------------------------------------------------------------
     async def send_raw(self, item: str | bytes) -> None:

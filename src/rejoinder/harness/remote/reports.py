@@ -88,6 +88,11 @@ def merge_report(result: RemoteCallResult, report: dict[str, Any], origin_ms: fl
     if report.get("db") is not None:
         result.observable.add("db")
         result.final_state = report["db"]
+    if report.get("hangup"):  # the target ended the call itself (scenario hangs_up / transfers):
+        result.hangup = report["hangup"]  # its normal close is an outcome, not a failed call
+        result.transfer = report.get("transfer")
+        if (result.error or "").startswith("the target hung up mid-call (close code 1000"):
+            result.error = None
     by_id = {r.turn_id: r for r in result.turns}
     free = [r for r in result.turns if "first_audio_in" in r.stamps]
     selfrep = []

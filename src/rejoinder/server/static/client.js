@@ -159,6 +159,10 @@ class Call {
         state.errors.push(m);
         ui.notice(m);
         break;
+      case "transfer":  // the agent hands the caller to a person; the server closes next
+        state.transfer = m;
+        ui.notice({ type: "transfer", code: m.target || "", message: m.reason });
+        break;
     }
   }
 

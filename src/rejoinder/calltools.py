@@ -1,0 +1,101 @@
+"""Built-in tools that act on the call itself: end it, transfer it to a person, move the
+conversation to another step, or hand it over to another agent.
+
+Add them to an agent like any tool::
+
+    from rejoinder import Agent
+    from rejoinder.calltools import end_call, transfer_to_human
+
+    Agent("…", tools=[lookup_order, end_call(), transfer_to_human("+15550199")])
+
+or in YAML (``tools: [{builtin: end_call}, {builtin: transfer_to_human, options: {target:
+"+15550199"}}]``). Each returns a :class:`~rejoinder.tools.Tool` whose run returns a control
+result (:mod:`rejoinder.flow`). Ending and transferring are irreversible: they never run on a
+tentative transcript, and they act only once the reply has *played at the caller* — the
+transport confirms it (Twilio echoes the reply's end mark, the browser reports its playout end,
+the simulated caller hears the last sample), with a watchdog on the call clock when no
+confirmation comes. If the caller speaks over that last reply, the call goes on.
+
+How a transfer reaches the transport: in-process (``rejoinder call``, ``bench``) it is recorded
+(:attr:`rejoinder.callrun.CallResult.transfer`); over ``/ws`` the client gets a ``transfer``
+message; over ``/twilio`` the server runs its configured transfer action (``serve
+--transfer-webhook URL``: a POST with the call and the TwiML ``<Dial>`` to run) and closes the
+stream. See ``server/PROTOCOL.md``.
+
+The default ``examples`` (caller utterances that should trigger each tool, for the
+tool-decision gate's calibration) are calibration data: the bundled scenarios use other wordings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .flow import GoTo, HandOff, HangUp, Transfer
+from .tools import Tool
+
+END_CALL_EXAMPLES = ("That's all I needed, bye.", "No, nothing else. Goodbye!",
+                     "Okay, thanks, bye bye.")
+TRANSFER_EXAMPLES = ("Can I talk to a real person?", "I want to speak to a human, please.",
+                     "Put me through to someone who works there.")
+
+
+def end_call(*, name: str = "end_call", say: str | None = None,
+             description: str = "End the call. Only when the caller has said goodbye or has "
+                                "nothing more to ask.",
+             examples: Iterable[str] = END_CALL_EXAMPLES) -> Tool:
+    """A tool that ends the call after the goodbye has played. ``say``: a fixed goodbye the
+    runtime says (None: the LLM writes it after the call; if it writes nothing, a default
+    goodbye is said). Returns a :class:`~rejoinder.tools.Tool`."""
+    async def run() -> HangUp:
+        return HangUp("end_call", say=say, result={"status": "the call ends after your goodbye"})
+    run.__name__ = name
+    return Tool(run, name=name, description=description, reversible=False, timeout_s=1.0,
+                examples=examples)
+
+
+def transfer_to_human(target: str | None = None, *, name: str = "transfer_to_human",
+                      say: str | None = None,
+                      description: str = "Transfer the call to a member of staff. Only when "
+                                         "the caller asks for a person.",
+                      examples: Iterable[str] = TRANSFER_EXAMPLES) -> Tool:
+    """A tool that transfers the call to a person once the reply has played. ``target``: where
+    to (a phone number or SIP URI for Twilio's ``<Dial>``, a queue name; None: the transport's
+    configured target). ``say`` as for :func:`end_call`. Returns a Tool."""
+    async def run() -> Transfer:
+        return Transfer(target, say=say,
+                        result={"status": "the call is transferred after your next sentence"})
+    run.__name__ = name
+    return Tool(run, name=name, description=description, reversible=False, timeout_s=1.0,
+                examples=examples)
+
+
+def go_to(step: str, *, name: str | None = None, description: str | None = None,
+          examples: Iterable[str] = ()) -> Tool:
+    """A tool that moves the conversation to ``step`` (of the current agent) and does nothing
+    else; the LLM is told so. Reversible (it changes no data). Returns a Tool."""
+    tool_name = name or f"go_to_{step}"
+
+    async def run() -> GoTo:
+        return GoTo(step, result={"step": step})
+    run.__name__ = tool_name
+    return Tool(run, name=tool_name, description=description or f"Move the conversation to {step}.",
+                reversible=True, timeout_s=1.0, examples=examples)
+
+
+def handoff(agent: Any, *, name: str | None = None, description: str | None = None,
+            step: str | None = None, examples: Iterable[str] = ()) -> Tool:
+    """A tool that hands the conversation over to ``agent`` (an Agent, a YAML path or
+    ``module:attribute``; loaded when the tool runs). Irreversible. Returns a Tool."""
+    label = getattr(agent, "name", None) or str(agent).rsplit("/", 1)[-1].split(".")[0]
+    tool_name = name or f"hand_off_to_{''.join(c if c.isalnum() else '_' for c in label)}"
+
+    async def run() -> HandOff:
+        return HandOff(agent, step=step, result={"handed_off_to": label})
+    run.__name__ = tool_name
+    return Tool(run, name=tool_name, description=description or f"Hand the call over to {label}.",
+                reversible=False, timeout_s=1.0, examples=examples)
+
+
+#: Built-in tool factories by name (YAML: ``{builtin: NAME, options: {…}}``).
+BUILTINS = {"end_call": end_call, "transfer_to_human": transfer_to_human, "go_to": go_to,
+            "handoff": handoff}

@@ -1,0 +1,360 @@
+"""Conversation steps, hand-offs, ending and transferring the call, on scripted timelines with a
+virtual clock (a scripted LLM that calls tools by the caller's words; deterministic, instant)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from rejoinder import Agent, AgentStep, HangUp, tool
+from rejoinder.calltools import end_call, handoff, transfer_to_human
+from rejoinder.callrun import run_call
+from rejoinder.caller import SimulatedCaller
+from rejoinder.clock import VirtualClock
+from rejoinder.errors import ConfigError
+from rejoinder.events import CallEnd, EventBus, StepEntered
+from rejoinder.harness.expect import evaluate
+from rejoinder.ports import LLMRequest, ToolCall
+from rejoinder.scenario import CallerTurn, Scenario, Segment
+from rejoinder.session import Session, Stack
+from rejoinder.stages import Stamper
+from rejoinder.timeline import Timeline
+
+from fakes import AmplitudeVAD, ScriptedSTT, ScriptedTurn, ToneTTS, heard, silence, tone
+from test_session import turn
+
+
+@dataclass
+class FlowLLM:
+    """Answers the first request of a reply with ``calls[user text]`` (tool calls, or text when
+    absent), and every later request (after a tool result) with ``after``."""
+
+    clock: VirtualClock
+    calls: dict[str, list[ToolCall]] = field(default_factory=dict)
+    after: list[str] = field(default_factory=lambda: ["All", " done."])
+    first: list[str] = field(default_factory=lambda: ["Okay."])
+    model_name: str = "flow"
+    requests: list[LLMRequest] = field(default_factory=list)
+
+    async def stream(self, request: LLMRequest):
+        self.requests.append(request)
+        await self.clock.sleep_until(self.clock.now_ms() + 100.0)
+        last = request.messages[-1]
+        if last.role == "user" and request.tool_choice != "none":
+            if last.content in self.calls:
+                for c in self.calls[last.content]:
+                    yield c
+                return
+            for tok in self.first:
+                yield tok
+            return
+        for tok in self.after:
+            yield tok
+
+
+def stack(clock, texts, llm, stt_ms=300.0, eot_prob=0.9):
+    return Stack(vad=AmplitudeVAD(), turn=ScriptedTurn(clock, prob=eot_prob),
+                 stt=ScriptedSTT(clock, texts, delay_ms=stt_ms),
+                 llm=llm, tts=ToneTTS(clock))
+
+
+def call(name: str, **args) -> list[ToolCall]:
+    return [ToolCall("", name, args)]
+
+
+def order_agent(log: list[str], **steps_kw) -> Agent:
+    async def undo(ctx, result, **args) -> None:
+        log.append(f"undo {args['order_id']}")
+
+    @tool(reversible=True, compensate=undo, examples=["Where is order 4217?"])
+    async def lookup_order(order_id: str) -> dict:
+        """Look up an order."""
+        log.append(f"lookup {order_id}")
+        return {"order_id": order_id, "status": "shipped"}
+
+    @tool
+    async def cancel_order(order_id: str) -> dict:
+        """Cancel an order."""
+        log.append(f"cancel {order_id}")
+        return {"cancelled": order_id}
+
+    steps = [AgentStep("identify", "Ask for the order number.", tools=["lookup_order"],
+                       required=True, next={"lookup_order": "report"}),
+             AgentStep("report", "Tell the caller the status.", tools=["cancel_order"])]
+    return Agent("You are a test agent.", tools=[lookup_order, cancel_order], steps=steps, **steps_kw)
+
+
+def events_of(bus: EventBus, kind) -> list:
+    got: list = []
+    bus.subscribe(lambda ev: got.append(ev) if isinstance(ev, kind) else None)
+    return got
+
+
+async def test_steps_restrict_calls_add_instructions_and_move_on_a_tool():
+    clock, log, bus = VirtualClock(), [], EventBus()
+    entered = events_of(bus, StepEntered)
+    llm = FlowLLM(clock, {"Order 4217.": call("lookup_order", order_id="4217"),
+                          "Look it up again.": call("lookup_order", order_id="4217")})
+    res = await run_call([turn(tone(600)), turn(tone(600), after_agent_ms=500)],
+                         stack(clock, ["Order 4217.", "Look it up again."], llm), order_agent(log),
+                         clock=clock, tail_ms=1500, bus=bus)
+    assert res.error is None
+    first = llm.requests[0]
+    # every tool is described, only the step's may be called, and the step requires a call
+    assert [t.name for t in first.tools] == ["lookup_order", "cancel_order"]
+    assert first.allowed_tools == ("lookup_order",) and first.tool_choice == "required"
+    assert [(m.role, m.content) for m in first.messages] == [
+        ("system", "You are a test agent."), ("system", "Ask for the order number."),
+        ("user", "Order 4217.")]
+    # the lookup succeeded: the conversation moved to "report", stamped with the tool
+    assert [(e.step, e.previous, e.reason, e.tool, e.turn_id) for e in entered] == [
+        ("identify", None, "start", None, 0), ("report", "identify", "next", "lookup_order", 1)]
+    t1, t2 = res.turns[-2], res.turns[-1]
+    assert [(s["step"], s["reason"], s["tool"]) for s in t1.steps] == [("report", "next", "lookup_order")]
+    assert t1.summary()["steps"] == t1.steps
+    # in "report" the same call is no longer allowed: the request says so, and a backend that
+    # called it anyway gets an error back for the LLM, the tool never runs
+    nxt = next(r for r in llm.requests if r.messages[-1].content == "Look it up again.")
+    assert nxt.allowed_tools == ("cancel_order",) and nxt.tool_choice == "auto"
+    assert nxt.messages[-2] .content == "Tell the caller the status."
+    assert nxt.messages[0].content == "You are a test agent."  # the prefix stays the same
+    assert log == ["lookup 4217"]
+    assert "cannot be used now" in (t2.tools[0].get("error") or "")
+
+
+async def test_a_tentative_reply_moves_nothing_until_it_is_adopted():
+    """The caller pauses mid-sentence: a preemptive reply on "Order 1111" runs the reversible
+    lookup (and would move to "report"), then the caller goes on; that reply is discarded and
+    compensated, and only the adopted reply's move reaches the conversation."""
+    clock, log, bus = VirtualClock(), [], EventBus()
+    entered = events_of(bus, StepEntered)
+    first, final = "Order 1111", "Order 1111 no wait 4217"
+    llm = FlowLLM(clock, {first: call("lookup_order", order_id="1111"),
+                          final: call("lookup_order", order_id="4217")})
+    pcm = np.concatenate([tone(500), silence(700), tone(500)])
+    res = await run_call([turn(pcm)], stack(clock, [first, final], llm, eot_prob=0.05),
+                         order_agent(log), clock=clock, tail_ms=1500, bus=bus)
+    assert res.error is None
+    assert log == ["lookup 1111", "undo 1111", "lookup 4217"]
+    assert [(e.step, e.reason) for e in entered] == [("identify", "start"), ("report", "next")]
+    firsts = [r for r in llm.requests if r.messages[-1].role == "user"]
+    assert len(firsts) == 2 and all(r.allowed_tools == ("lookup_order",) for r in firsts)
+
+
+async def test_a_hand_off_switches_instructions_tools_and_steps_within_the_reply():
+    clock, bus = VirtualClock(), EventBus()
+    entered = events_of(bus, StepEntered)
+
+    @tool
+    async def refund(order_id: str) -> dict:
+        """Refund an order."""
+        return {"refunded": order_id}
+
+    billing = Agent("You are billing.", name="billing", tools=[refund],
+                    steps=[AgentStep("refunds", "Offer a refund.", tools=["refund"])])
+    front = Agent("You are the front desk.", name="front", tools=[handoff(billing)])
+    llm = FlowLLM(clock, {"I need billing.": call("hand_off_to_billing")}, after=["Billing", " here."])
+    res = await run_call([turn(tone(600))], stack(clock, ["I need billing."], llm), front,
+                         clock=clock, tail_ms=1500, bus=bus)
+    assert res.error is None
+    second = llm.requests[1]  # after the tool result, in the same reply
+    assert second.messages[0].content == "You are billing."
+    assert [t.name for t in second.tools] == ["refund"] and second.allowed_tools == ("refund",)
+    assert second.messages[1].content == "Offer a refund."  # the new agent's start step
+    assert [(e.agent, e.step, e.reason, e.data) for e in entered] == [
+        ("billing", "refunds", "handoff", {"previous_agent": "front"})]
+    assert heard(res) == ["Billing here."]
+    assert res.turns[-1].steps[0]["agent"] == "billing"
+
+
+def _scenario(**kw) -> Scenario:
+    return Scenario(name="t", turns=[CallerTurn(audio=[Segment(silence_ms=0)])], **kw)
+
+
+async def test_end_call_hangs_up_once_the_goodbye_has_played():
+    clock, bus = VirtualClock(), EventBus()
+    ends = events_of(bus, CallEnd)
+    agent = Agent("Test.", tools=[end_call()])
+    llm = FlowLLM(clock, {"That's all, bye.": call("end_call")},
+                  after=["Goodbye", " and", " thanks", " for", " calling."])
+    res = await run_call([turn(tone(600))], stack(clock, ["That's all, bye."], llm), agent,
+                         clock=clock, tail_ms=30000, bus=bus)
+    assert res.hangup == "end_call" and res.transfer is None
+    assert llm.requests[1].tool_choice == "none"  # after end_call the LLM may only speak
+    assert heard(res) == ["Goodbye and thanks for calling."]
+    [rec] = [r for r in res.turns if r.turn_id == 1]
+    assert [e.status for e in ends] == ["requested", "confirmed"]
+    assert rec.call_end["status"] == "confirmed" and rec.call_end["t_ms"] >= rec.stamps["playback_end"]
+    assert res.duration_ms < rec.stamps["playback_end"] + 100  # the line closed then, not 30 s later
+    verdict = evaluate(_scenario(hangs_up=True), res, res.caller.truth, res.caller.cues)
+    assert verdict.success, verdict.failures
+
+
+async def test_end_call_with_no_goodbye_from_the_llm_says_the_default_one():
+    clock = VirtualClock()
+    agent = Agent("Test.", tools=[end_call()])
+    llm = FlowLLM(clock, {"Bye.": call("end_call")}, after=[])
+    res = await run_call([turn(tone(600))], stack(clock, ["Bye."], llm), agent, clock=clock,
+                         tail_ms=30000)
+    assert res.hangup == "end_call"
+    assert heard(res) == [HangUp().fallback]
+
+
+async def test_transfer_to_a_person_after_the_reply_and_its_expectation():
+    clock = VirtualClock()
+    agent = Agent("Test.", tools=[transfer_to_human("+15550199")])
+    llm = FlowLLM(clock, {"A person please.": call("transfer_to_human")},
+                  after=["Connecting", " you", " now."])
+    res = await run_call([turn(tone(600))], stack(clock, ["A person please."], llm), agent,
+                         clock=clock, tail_ms=30000)
+    assert res.hangup == "transfer"
+    assert res.transfer == {"turn_id": 1, "target": "+15550199", "reason": "caller asked for a person",
+                            "confirmed": True}
+    assert heard(res) == ["Connecting you now."]
+    assert res.turn_taking_metrics()["transfer"]["target"] == "+15550199"
+    ok = evaluate(_scenario(transfers=True), res, res.caller.truth, res.caller.cues)
+    assert ok.success, ok.failures
+    bad = evaluate(_scenario(transfers=False), res, res.caller.truth, res.caller.cues)
+    assert bad.causes == ["unexpected transfer"]
+
+
+async def test_no_transfer_fails_the_expectation():
+    clock = VirtualClock()
+    agent = Agent("Test.", tools=[transfer_to_human()])
+    res = await run_call([turn(tone(600))], stack(clock, ["A person please."], FlowLLM(clock)), agent,
+                         clock=clock, tail_ms=1000)
+    verdict = evaluate(_scenario(transfers=True), res, res.caller.truth, res.caller.cues)
+    assert verdict.causes == ["no transfer"]
+
+
+async def test_speaking_over_the_goodbye_cancels_the_hang_up():
+    clock, bus = VirtualClock(), EventBus()
+    ends = events_of(bus, CallEnd)
+    agent = Agent("Test.", tools=[end_call()])
+    llm = FlowLLM(clock, {"Bye.": call("end_call")},
+                  after=["Goodbye"] + [f" word{i}" for i in range(15)] + ["."])
+    res = await run_call([turn(tone(600)), turn(tone(700), barge_in_ms=800)],
+                         stack(clock, ["Bye.", "Wait, one more thing."], llm), agent,
+                         clock=clock, tail_ms=1500, bus=bus)
+    assert res.hangup is None
+    assert [e.status for e in ends] == ["requested", "cancelled"]
+
+
+# --- issue 17, failure kind 6: the hang-up waits for the transport's confirmation -------------
+
+async def _live_call(jitter_ms: float, *, confirm: bool, end_confirm_ms: float = 2000.0):
+    """A live-transport call on the virtual clock: the session's playout is the agent's side,
+    and the caller hears each frame ``jitter_ms`` later (a jitter buffer). Like Twilio, the
+    transport puts a mark after a reply's last frame and confirms the reply when the mark comes
+    out of the buffer (``confirm``). Returns (when the line closed, the caller's last voiced
+    agent sample, the last agent frame sent, CallEnd events)."""
+    clock, bus = VirtualClock(), EventBus()
+    st = Stamper("live", clock, bus)
+    tl = Timeline()
+    bus.subscribe(tl)
+    ends = events_of(bus, CallEnd)
+    marks: list[int] = []
+    from rejoinder.events import AgentSpeech
+    bus.subscribe(lambda ev: marks.append(ev.turn_id)
+                  if isinstance(ev, AgentSpeech) and not ev.interrupted else None)
+    agent = Agent("Test.", tools=[end_call()])
+    llm = FlowLLM(clock, {"Bye.": call("end_call")}, after=["Goodbye", " and", " thanks."])
+    session = Session(st, stack(clock, ["Bye."], llm), agent, caller_side_playout=False,
+                      downstream_lag_ms=jitter_ms, end_confirm_ms=end_confirm_ms)
+    caller = SimulatedCaller([turn(tone(600))], tail_ms=30000)
+    depth = int(jitter_ms // 20)
+    line: deque = deque()
+    t, last_voiced, last_sent = 0.0, None, None
+    try:
+        while t < 20000 and session.hangup is None:
+            await clock.pace(t)
+            session.on_frame(caller.next_frame(t), t)
+            out = session.tick_playout(t).copy()
+            if np.abs(out).max() >= 328:
+                last_sent = t
+            line.append(("audio", out))
+            while marks:
+                line.append(("mark", marks.pop(0)))
+            while len(line) > depth or (line and line[0][0] == "mark"):
+                kind, item = line.popleft()
+                if kind == "mark":
+                    if confirm:
+                        session.playout_confirmed(item, t)
+                    continue
+                caller.hear(item, t)
+                if np.abs(item).max() >= 328:
+                    last_voiced = t + 20.0
+                if len([x for x in line if x[0] == "audio"]) < depth:
+                    break
+            t += 20.0
+    finally:
+        await session.close()
+    return t, last_voiced, last_sent, ends
+
+
+async def test_hang_up_waits_until_the_goodbye_played_through_a_jitter_buffer():
+    closed, last_voiced, last_sent, ends = await _live_call(300.0, confirm=True)
+    assert [e.status for e in ends] == ["requested", "confirmed"]
+    assert last_voiced is not None and last_voiced <= closed  # the last word reached the caller
+    assert last_voiced > last_sent + 100.0  # a fixed 100 ms after the last frame would cut it
+
+
+async def test_hang_up_watchdog_when_the_transport_never_confirms():
+    closed, _, last_sent, ends = await _live_call(300.0, confirm=False, end_confirm_ms=1500.0)
+    assert [e.status for e in ends] == ["requested", "unconfirmed"]
+    assert ends[-1].data["waited_ms"] == 1500.0
+    assert last_sent + 1500.0 <= closed <= last_sent + 1500.0 + 100.0
+
+
+# --- declaring steps ----------------------------------------------------------------------------
+
+def test_step_errors_name_the_problem():
+    @tool
+    async def a() -> dict:
+        """A."""
+        return {}
+    with pytest.raises(ConfigError, match="step 's': no tool named 'b'"):
+        Agent("x", tools=[a], steps=[AgentStep("s", tools=["b"])])
+    with pytest.raises(ConfigError, match="next step 'nowhere' does not exist"):
+        Agent("x", tools=[a], steps=[AgentStep("s", tools=["a"], next="nowhere")])
+    with pytest.raises(ConfigError, match="two steps are named 's'"):
+        Agent("x", tools=[a], steps=[AgentStep("s"), AgentStep("s")])
+    with pytest.raises(ConfigError, match="requires a call but allows no tool"):
+        AgentStep("s", tools=[], required=True)
+    with pytest.raises(ConfigError, match="examples are a list"):
+        tool(examples="Where is my order?")(lambda: None)
+    single = Agent("x", tools=[a])  # a single-step agent is as before
+    assert single.steps == {} and single.start is None
+
+
+def test_yaml_agent_with_steps_builtins_and_examples(tmp_path):
+    from rejoinder.agent import load_agent_file
+
+    (tmp_path / "shop_tools.py").write_text(
+        "def find(item: str) -> dict:\n    '''Find an item.\n\n    Args:\n        item: what.\n    '''\n"
+        "    return {'item': item}\n")
+    (tmp_path / "agent.yaml").write_text(
+        "name: shop\ninstructions: You sell things.\n"
+        "tools:\n"
+        "  - {function: shop_tools:find, reversible: true, examples: ['Do you have milk?']}\n"
+        "  - {builtin: end_call}\n"
+        "  - {builtin: transfer_to_human, options: {target: '+15550199'}}\n"
+        "steps:\n"
+        "  - {name: browse, tools: [find, transfer_to_human], next: {find: close}}\n"
+        "  - {name: close, instructions: Say goodbye when done., tools: [find, end_call]}\n")
+    agent = load_agent_file(tmp_path / "agent.yaml")
+    assert list(agent.steps) == ["browse", "close"] and agent.start == "browse"
+    assert agent.tools["find"].examples == ("Do you have milk?",)
+    assert agent.tools["end_call"].examples  # the built-in's calibration utterances
+    assert agent.steps["close"].tools == ("find", "end_call")
+    assert agent.describe()["steps"][0]["next"] == {"find": "close"}
+    (tmp_path / "bad.yaml").write_text(
+        "instructions: x\ntools: [{builtin: end_call}]\nsteps: [{name: a, tools: [nope]}]\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: .*no tool named 'nope'"):
+        load_agent_file(tmp_path / "bad.yaml")
+    (tmp_path / "bad2.yaml").write_text("instructions: x\ntools: [{builtin: dial_mars}]\n")
+    with pytest.raises(ConfigError, match="no built-in tool 'dial_mars'"):
+        load_agent_file(tmp_path / "bad2.yaml")
