@@ -5,7 +5,8 @@ Calibration utterances are whatever a gate or a prompt could have been fitted to
 of the agent's tools (``Tool.examples``) and the items of ``bench/tool_choice.py`` (the caller
 turns used to choose the tool mode, schemas and worked examples). A held-out scenario's caller
 utterances are the words of each caller turn — its ``say:`` text and the words of its Asterisk
-prompts (:data:`PROMPT_WORDS`) joined — and each ``say:`` segment alone.
+prompts (:data:`PROMPT_WORDS`) joined — each ``say:`` segment alone, and each sentence of three
+words or more in it (a calibration sentence pasted into a longer turn is still a copy).
 
 Two utterances are *near* when, normalised (lower case, punctuation dropped), their word-level
 edit distance divided by the longer one's length is below ``max_wer`` (0.3 by default; jiwer's
@@ -30,6 +31,7 @@ PROMPT_WORDS = {
     "number": "number", "telephone-number": "telephone number", "vm-no": "no", "im-sorry": "i'm sorry",
     "digits/oh": "oh", "digits/tomorrow": "tomorrow", "digits/today": "today", "letters/m": "m",
 }
+MIN_SENTENCE_WORDS = 3  # a sentence this long inside a turn is an utterance of its own
 _DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
 
 
@@ -58,7 +60,8 @@ def normalise(text: str) -> str:
 
 def caller_utterances(sc: Scenario) -> list[str]:
     """Each caller turn's words (``say:`` text and known prompt words, in order), then each
-    ``say:`` segment on its own; turns of noise, babble or silence give nothing."""
+    ``say:`` segment on its own, then each of its sentences of at least
+    :data:`MIN_SENTENCE_WORDS` words; turns of noise, babble or silence give nothing."""
     turns, says = [], []
     for turn in sc.turns:
         parts = []
@@ -72,7 +75,9 @@ def caller_utterances(sc: Scenario) -> list[str]:
                     parts.append(words)
         if parts:
             turns.append(" ".join(parts))
-    return list(dict.fromkeys(u for u in turns + says if normalise(u)))
+    sentences = [x.strip() for say in says for x in re.split(r"(?<=[.?!])\s+", say)
+                 if len(normalise(x).split()) >= MIN_SENTENCE_WORDS]
+    return list(dict.fromkeys(u for u in turns + says + sentences if normalise(u)))
 
 
 def distance(a: str, b: str) -> float:

@@ -81,10 +81,11 @@ def suite_success(per_scenario: dict[str, dict[str, Any]], k: int) -> dict[str, 
     Wilson 95 % interval of pass@1 over calls, and the counts they rest on."""
     rows = list(per_scenario.values())
     ok, n = sum(r["ok"] for r in rows), sum(r["n"] for r in rows)
-    with_k = [r["pass_k"] for r in rows if r["pass_k"] is not None]
+    with_k = [pass_hat_k(r["ok"], r["n"], k) for r in rows]
+    with_k = [x for x in with_k if x is not None]
     return {"k": k, "scenarios": len(rows), "calls": n, "calls_ok": ok,
             "calls_per_scenario": sorted({r["n"] for r in rows}),
-            "pass_at_1": round(sum(r["pass_at_1"] for r in rows) / len(rows), 3) if rows else None,
+            "pass_at_1": round(sum(r["ok"] / r["n"] for r in rows) / len(rows), 3) if rows else None,
             "pass_at_1_ci95": list(wilson(ok, n)),
             "pass_k": round(sum(with_k) / len(with_k), 3) if with_k and len(with_k) == len(rows) else None,
             "scenarios_all_passed": sum(1 for r in rows if r["ok"] == r["n"])}
