@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rejoinder.harness.answers import is_echo
+from rejoinder.harness.answers import is_echo, small_talk_counts
+from rejoinder.harness.summary import small_talk_summary
 from rejoinder.harness.expect import evaluate
 from rejoinder.scenario import Scenario
 from rejoinder.timeline import TurnRecord
@@ -114,3 +115,22 @@ def test_the_bundled_demo_call_rejects_the_echoing_agent():
             turn(3, 9900, "Thank you.", "You're welcome, Maria. Have a great day!")]
     v = evaluate(sc, SimpleNamespace(turns=good, error=None, final_state=None), truth, cues)
     assert v.success, v.failures
+
+
+def test_tool_calls_on_small_talk_are_counted():
+    sc = Scenario.model_validate({"name": "t", "turns": [
+        {"audio": [{"silence_ms": 1}], "expect": {"no_tools": True}},
+        {"audio": [{"silence_ms": 1}], "expect": {"tools": [{"name": "lookup_order"}]}},
+        {"audio": [{"silence_ms": 1}], "expect": {"no_tools": True}}]})
+    fails = ["caller turn 3: expected no tool call, got lookup_order({'order_id': '4217'})",
+             "caller turn 2: expected lookup_order({}), got no tool (transcript: '')"]
+    assert small_talk_counts(sc, fails, []) == {"turns": 2, "with_tool": 1}
+    assert small_talk_counts(sc, [], []) == {"turns": 2, "with_tool": 0}
+    assert small_talk_counts(sc, [], ["caller turn 1: no_tools/tools_absent (the agent does not report "
+                                      "its tool calls)"]) is None
+    plain = Scenario.model_validate({"name": "p", "turns": [{"audio": [{"silence_ms": 1}]}]})
+    assert small_talk_counts(plain, [], []) is None
+    calls = [{"extra": {"small_talk": {"turns": 2, "with_tool": 1}}}, {"extra": {}},
+             {"extra": {"small_talk": {"turns": 3, "with_tool": 0}}}]
+    assert small_talk_summary(calls) == {"turns": 5, "with_tool": 1, "rate": 0.2}
+    assert small_talk_summary([]) == {"turns": 0, "with_tool": 0, "rate": None}

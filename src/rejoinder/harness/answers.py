@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 ECHO_WER = 0.5  # below this, the reply is the caller's words back
+NO_TOOL_TEXT = "expected no tool call"
 
 
 def _norm_words(text: str) -> list[str]:
@@ -76,10 +77,22 @@ def answer_checks(ex: Any, mine: list, label: str, *, calls: list[dict[str, Any]
         checks += 1
         if calls:
             got = ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls)
-            fail("unexpected tool", f"{label}: expected no tool call, got {got}")
+            fail("unexpected tool", f"{label}: {NO_TOOL_TEXT}, got {got}")
     for name in ex.tools_absent:
         checks += 1
         bad = [c for c in calls if c.get("name") == name]
         if bad:
             fail("unexpected tool", f"{label}: {name} must not be called here, got {name}({bad[0].get('args')})")
     return checks
+
+
+def small_talk_counts(sc: Any, failures: list[str], skipped: list[str]) -> dict[str, int] | None:
+    """``{"turns": caller turns with no_tools, "with_tool": those answered with a tool call}``
+    from a call's verdict (its ``failures`` and ``skipped`` checks); None when the scenario has
+    no such turn or the agent does not report its tool calls. Summed over calls, this is the
+    spurious-call rate on small talk."""
+    turns = [i for i, t in enumerate(sc.turns) if t.expect.no_tools]
+    if not turns or any("no_tools" in x for x in skipped):
+        return None
+    bad = sum(1 for i in turns if any(f.startswith(f"caller turn {i + 1}: {NO_TOOL_TEXT}") for f in failures))
+    return {"turns": len(turns), "with_tool": bad}

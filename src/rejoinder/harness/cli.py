@@ -159,7 +159,9 @@ def print_outcomes(summary: dict[str, Any]) -> None:
                   f"scenario(s), {p['calls']} call(s) (95 % CI {_pct(lo)}–{_pct(hi)}) · pass^{p['k']} "
                   f"[bold]{_pct(p['pass_k'])}[/]"
                   + ("" if p["pass_k"] is not None else f" (needs ≥ {p['k']} calls of every scenario)")
-                  + f" · {p['scenarios_all_passed']}/{p['scenarios']} scenario(s) passed every call")
+                  + f" · {p['scenarios_all_passed']}/{p['scenarios']} scenario(s) passed every call"
+                  + (f" · tool calls on small talk {_pct(st['rate'])} ({st['with_tool']} of {st['turns']} turns)"
+                     if (st := lv.get("small_talk") or {}).get("turns") else ""))
 
 
 def _pct(v: Any) -> str:

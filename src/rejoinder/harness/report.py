@@ -131,6 +131,10 @@ def _pct(v: Any) -> str:
     return "—" if v is None else f"{100 * v:.0f}%"
 
 
+def _small_talk(st: dict[str, Any] | None) -> str:
+    return f"{_pct(st['rate'])} ({st['with_tool']} of {st['turns']} turns)" if st and st.get("turns") else "—"
+
+
 def success_html(summary: dict[str, Any]) -> str:
     """Task success per scenario and level: n, pass@1, pass^k and the failed checks' causes,
     then the suite's pass@1 (Wilson 95 % interval) and pass^k per level."""
@@ -140,13 +144,13 @@ def success_html(summary: dict[str, Any]) -> str:
             for lv in summary["levels"] for name, ts in lv["task_success"].items()]
     suite = [[lv["concurrency"], p["scenarios"], p["calls"], _pct(p["pass_at_1"]),
               f"{_pct(p['pass_at_1_ci95'][0])}–{_pct(p['pass_at_1_ci95'][1])}", _pct(p["pass_k"]),
-              f"{p['scenarios_all_passed']}/{p['scenarios']}"]
+              f"{p['scenarios_all_passed']}/{p['scenarios']}", _small_talk(lv.get("small_talk"))]
              for lv in summary["levels"] if (p := lv.get("pass")) and p["scenarios"]]
     return (f"<h2>Task success: pass@1 and pass^{k}</h2><p>pass@1: share of a scenario's calls that met "
             f"every expectation; pass^{k}: chance that {k} of its calls all pass (C(ok,{k})/C(n,{k})); "
             "n: calls the figure rests on.</p>"
             + _table(["calls at once", "scenarios", "calls (n)", "pass@1", "95% CI (Wilson)", f"pass^{k}",
-                      "scenarios passing every call"], suite)
+                      "scenarios passing every call", "tool calls on small talk"], suite)
             + _table(["calls at once", "scenario", "ok/n", "pass@1", f"pass^{k}", "failure causes"], rows))
 
 

@@ -61,6 +61,7 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
                    "turns_with_stalls": sum(1 for t in turns if t["stalls_n"])},
         "task_success": per_scn,
         "pass": suite_success(per_scn, k),
+        "small_talk": small_talk_summary(calls),
         "task_success_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
         "failure_causes": failure_causes(calls),
         "failed_calls": sum(1 for c in calls if c.get("error")),
@@ -73,6 +74,14 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
                                                        "machine_busy_pct", "rss_start_mb", "rss_peak_mb",
                                                        "caller_cpu_s", "caller_cpu_share", "loop_lag_ms")}
     return out
+
+
+def small_talk_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spurious tool calls on small talk: caller turns that expect no tool (``no_tools``) and
+    how many were answered with a call anyway."""
+    seen = [c["extra"]["small_talk"] for c in calls if (c.get("extra") or {}).get("small_talk")]
+    turns, bad = sum(x["turns"] for x in seen), sum(x["with_tool"] for x in seen)
+    return {"turns": turns, "with_tool": bad, "rate": round(bad / turns, 3) if turns else None}
 
 
 def failure_causes(calls: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
