@@ -59,11 +59,13 @@ def test_reply_contains_any_needs_one_of_the_words():
     ex = {"reply_contains_any": ["shipped", "December 9"]}
     assert check(ex, rec(heard="It arrives Wednesday, December nine.")).success  # numbers as spoken
     assert check(ex, rec(heard="Your headphones have shipped.")).success
-    v = check(ex, rec(heard="4, 2, 1, 7 is a palindrome."))
+    v = check(ex, rec(heard="4, 2, 1, 7 is a palindrome.", said="4, 2, 1, 7."))
     assert v.causes == ["not said"]
     assert v.failures == ["caller turn 1: the caller heard none of ['shipped', 'December 9'] "
                           "(heard: '4, 2, 1, 7 is a palindrome.')"]
     assert check(ex, rec(heard="")).causes == ["timeout"]
+    # the agent heard nothing of the turn ("Sorry, I didn't catch that."): recognition, not wording
+    assert check(ex, rec(heard="Sorry, I didn't catch that.", said="")).causes == ["recognition error"]
     # the expected tool was not called: the words are missing because of it
     v = check({**ex, "tools": [{"name": "lookup_order", "args": {"order_id": "4217"}}]},
               rec(heard="Okay.", said="order 4217"))

@@ -13,7 +13,8 @@ says whether one must be heard).
 
 Causes (:attr:`rejoinder.harness.expect.Verdict.causes`): ``echo``; ``not said`` (the words were
 not heard although any expected tool ran; the tool's own cause when it did not; ``timeout`` when
-nothing was heard); ``unexpected tool``.
+nothing was heard; ``recognition error`` when the agent heard no words in that turn at all);
+``unexpected tool``.
 """
 
 from __future__ import annotations
@@ -59,14 +60,15 @@ def answer_checks(ex: Any, mine: list, label: str, *, calls: list[dict[str, Any]
     ``fail(cause, text)`` records a failure. Returns the number of checks made."""
     checks = 0
     heard = " ".join(r.heard_text for r in mine if r.heard_text)
+    transcript = " ".join(r.transcript for r in mine if r.transcript)
     if ex.reply_contains_any:
         checks += 1
         if not any(_heard_one(w, heard) for w in ex.reply_contains_any):
-            cause = "timeout" if not heard.strip() else tool_cause or "not said"
+            cause = ("timeout" if not heard.strip() else tool_cause or
+                     ("not said" if transcript.strip() else "recognition error"))
             fail(cause, f"{label}: the caller heard none of {ex.reply_contains_any!r} (heard: {heard.strip()!r})")
     if ex.not_echo:
         checks += 1
-        transcript = " ".join(r.transcript for r in mine if r.transcript)
         if is_echo(heard, transcript):
             fail("echo", f"{label}: the reply echoed the caller's words (caller: {transcript.strip()!r}; "
                  f"agent: {heard.strip()!r})")
