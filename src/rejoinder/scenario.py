@@ -20,6 +20,9 @@ Expectations (checked by :mod:`rejoinder.harness.expect`):
   ``answered: false`` — no reply to this turn (noise, babble: no agent reply decided while it
   plays is heard); ``transcript_contains`` — what the runtime must have heard in *one* turn
   (digits compared without separators: a phone number read in groups is not split);
+  ``reply_contains_any`` — at least one of these words must be heard; ``not_echo: true`` — the
+  reply must not be the caller's own words back; ``no_tools: true`` — no tool call while
+  answering (small talk); ``tools_absent`` — these tools must not be called while answering;
 * per call: ``final_db`` — the rows the database must hold at the end
   (``{table: {row id: {column: value}}}``, a subset of the application's ``db_state``),
   ``only_expected_tools`` (no tool beyond those expected may run), ``agent_silent`` (the agent
@@ -97,6 +100,15 @@ class Expect(BaseModel):
     reply_contains: list[str] = Field(default_factory=list, description="words the caller must hear")
     reply_excludes: list[str] = Field(default_factory=list, description="words the caller must not "
                                       "hear (e.g. another customer's order details)")
+    # answers, not echoes (rejoinder.harness.answers)
+    reply_contains_any: list[str] = Field(default_factory=list, description="the caller must hear at "
+                                          "least one of these (e.g. an order's status or its date)")
+    not_echo: bool = Field(False, description="true: the reply must not repeat the caller's own words "
+                           "(word error rate against the turn's transcript < 0.5, or contained in it)")
+    no_tools: bool = Field(False, description="true: no tool may be called while answering this turn "
+                           "(small talk, out-of-scope requests)")
+    tools_absent: list[str] = Field(default_factory=list, description="tools that must not be called "
+                                    "while answering this turn (e.g. a cancellation before it is confirmed)")
     v2v_budget_ms: float | None = Field(None, gt=0)
     interrupts: bool | None = Field(None, description="true: must cut the agent off; false: must not")
     answered: bool | None = Field(None, description="false: no agent reply decided while this turn "

@@ -33,8 +33,11 @@ async def test_sweep_runs_every_level_and_stores_every_call(store, tmp_path):
     lv = s["levels"][0]
     assert set(lv["v2v_ms"]) == {"p50", "p90", "p95", "p99"} and lv["v2v_ms"]["p50"] > 0
     assert set(lv["segments"]) == set(SEGMENTS)
-    assert lv["task_success"] == {"alpha": {"ok": 1, "n": 1, "rate": 1.0, "failures": []},
-                                  "beta": {"ok": 1, "n": 1, "rate": 1.0, "failures": []}}
+    one = {"ok": 1, "n": 1, "rate": 1.0, "pass_at_1": 1.0, "pass_k": 1.0, "k": 1, "causes": {}, "failures": []}
+    assert lv["task_success"] == {"alpha": one, "beta": one}
+    assert lv["pass"] == {"k": 1, "scenarios": 2, "calls": 2, "calls_ok": 2, "calls_per_scenario": [1],
+                          "pass_at_1": 1.0, "pass_at_1_ci95": [0.342, 1.0], "pass_k": 1.0,
+                          "scenarios_all_passed": 2}
     assert lv["stalls"] == {"count": 0, "total_ms": 0.0, "turns_with_stalls": 0}
     res = lv["resources"]
     assert res["rss_peak_mb"] > 0 and res["cpu_s"] > 0 and res["caller_cpu_s"] > 0

@@ -126,3 +126,18 @@ def test_bench_prints_each_scenario_outcome_and_the_turn_taking_table(tmp_path, 
     row = next(line for line in out.splitlines() if line.strip().startswith("gamma"))
     assert "0/1" in row and "over the budget of 1 ms" in row
     assert "1/1" in next(line for line in out.splitlines() if line.strip().startswith("alpha"))
+
+
+def test_bench_repeat_reports_pass_hat_k_in_bench_show_and_json(tmp_path, fake_agent):
+    suite = tone_suite(tmp_path / "suite")
+    store = tmp_path / "runs.sqlite"
+    res = run("bench", "--suite", str(suite), "--concurrency", "1", "--repeat", "3", store=store)
+    assert res.exit_code == 0, res.output
+    assert "pass^3" in res.stdout and "pass@1 100% over 2 scenario(s), 6 call(s)" in res.stdout
+    shown = run("runs", "show", "last", store=store)
+    assert "pass^3 100%" in shown.stdout
+    lv = json.loads(run("runs", "show", "last", "--json", store=store).stdout)["summary"]["levels"][0]
+    assert lv["task_success"]["alpha"]["pass_k"] == 1.0 and lv["task_success"]["alpha"]["n"] == 3
+    assert lv["pass"]["k"] == 3 and lv["pass"]["calls_per_scenario"] == [3]
+    res = run("bench", "reference", "--suite", "heldout", store=store)
+    assert res.exit_code == 2 and "two suites given" in res.output

@@ -85,7 +85,7 @@ Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Frida
 
 # Tool examples: the tool gate's few-shot examples and its calibration set (rejoinder calibrate).
 # Written apart from the benchmark utterances (bench/tool_choice.py) and the held-out scenarios.
-ORDER_EXAMPLES = ("Could you find order 8812 for me?", "The number is 3 3 0 9.",
+ORDER_EXAMPLES = ("Could you find order 8812 for me?", "Order number 3 3 0 9.",
                   "Is my package 1456 on its way?", "I'm checking on an order I placed, 2604.")
 LIST_EXAMPLES = ("Am I booked in this week?", "What time is my visit?",
                  "Which bookings have I got with you?", "Remind me of my appointment, please.")

@@ -30,6 +30,7 @@ import psutil
 from ..caller import RenderedTurn, render_turns
 from ..scenario import Scenario
 from ..timeline import transcript_text
+from .answers import small_talk_counts
 from .expect import evaluate
 from .stats import percentiles
 from .store import RunStore, now_iso
@@ -163,6 +164,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                           "turn_taking": res.turn_taking_metrics()})
         if verdict.skipped:
             rec["extra"]["skipped_checks"] = verdict.skipped
+        if (talk := small_talk_counts(sc, verdict.failures, verdict.skipped)) is not None:
+            rec["extra"]["small_talk"] = talk  # tool calls on small talk (no_tools turns)
         if getattr(res, "target", None):  # a remote agent: what it said about this call
             rec["extra"]["target"] = res.target
     except Exception as exc:  # noqa: BLE001 — overload and crashes become data, not a dead sweep

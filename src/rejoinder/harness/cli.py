@@ -134,18 +134,39 @@ def print_turn_taking(summary: dict[str, Any]) -> None:
 
 
 def print_outcomes(summary: dict[str, Any]) -> None:
-    """Each scenario's outcome per level: calls that met every expectation, and why others did not."""
-    t = Table(title="scenario outcomes (calls that met every expectation)", box=box.SIMPLE_HEAD)
-    for h in ("scenario", "N", "ok", "failure causes", "first failed check"):
-        t.add_column(h, overflow="fold", justify="right" if h in ("N", "ok") else "left")
+    """Each scenario's outcome per level: calls that met every expectation (n, pass@1, pass^k),
+    and why others did not; then the suite's pass@1 (Wilson 95 % interval) and pass^k."""
+    k = next((lv["pass"]["k"] for lv in summary["levels"] if lv.get("pass")), 1)
+    t = Table(title=f"scenario outcomes: pass@1 (share of calls that met every expectation) and pass^{k} "
+              f"({k} calls all pass)", box=box.SIMPLE_HEAD)
+    for h in ("scenario", "N", "ok/n", "pass@1", f"pass^{k}", "failure causes", "first failed check"):
+        t.add_column(h, overflow="fold", justify="left" if h in ("scenario", "failure causes",
+                                                                   "first failed check") else "right")
     for lv in summary["levels"]:
         for name, ts in lv["task_success"].items():
             why = (ts.get("failures") or [""])[0]
             ok = f"{ts['ok']}/{ts['n']}"
-            causes = ", ".join(f"{c} ×{n}" for c, n in ((lv.get("failure_causes") or {}).get(name) or {}).items())
+            causes = ", ".join(f"{c} ×{n}" for c, n in (ts.get("causes") or (lv.get("failure_causes") or {})
+                                                         .get(name) or {}).items())
             t.add_row(plain(name), str(lv["concurrency"]), ok if ts["ok"] == ts["n"] else f"[red]{ok}[/]",
-                      plain(causes), plain(why))
+                      _pct(ts.get("pass_at_1", ts.get("rate"))), _pct(ts.get("pass_k")), plain(causes), plain(why))
     out.print(t)
+    for lv in summary["levels"]:
+        p = lv.get("pass")
+        if not p or not p["scenarios"]:
+            continue
+        lo, hi = p["pass_at_1_ci95"]
+        out.print(f"{lv['concurrency']} at once: pass@1 [bold]{_pct(p['pass_at_1'])}[/] over {p['scenarios']} "
+                  f"scenario(s), {p['calls']} call(s) (95 % CI {_pct(lo)}–{_pct(hi)}) · pass^{p['k']} "
+                  f"[bold]{_pct(p['pass_k'])}[/]"
+                  + ("" if p["pass_k"] is not None else f" (needs ≥ {p['k']} calls of every scenario)")
+                  + f" · {p['scenarios_all_passed']}/{p['scenarios']} scenario(s) passed every call"
+                  + (f" · tool calls on small talk {_pct(st['rate'])} ({st['with_tool']} of {st['turns']} turns)"
+                     if (st := lv.get("small_talk") or {}).get("turns") else ""))
+
+
+def _pct(v: Any) -> str:
+    return "—" if v is None else f"{100 * v:.0f}%"
 
 
 def register(app: typer.Typer) -> None:
@@ -155,8 +176,11 @@ def register(app: typer.Typer) -> None:
     app.add_typer(runs, name="runs")
 
     @app.command()
-    def bench(suite: Optional[str] = typer.Argument(None, help="suite name, folder or scenario file "
-                                                    "(default: the bundled 'reference' suite)"),
+    def bench(suite: Optional[str] = typer.Argument(None, help="suite name, folder or scenario file, or "
+                                                    "several comma-separated (default: the bundled "
+                                                    "'reference' suite)"),
+              suite_opt: Optional[str] = typer.Option(None, "--suite", help="the same as the SUITE argument, "
+                                                      "e.g. --suite heldout or --suite reference,heldout"),
               concurrency: str = typer.Option("1,2,4", help="comma-separated levels: calls at once"),
               repeat: int = typer.Option(1, min=1, help="times each worker plays the suite per level"),
               scenarios: Optional[str] = typer.Option(None, help="only these scenario names (comma-separated)"),
@@ -203,6 +227,9 @@ def register(app: typer.Typer) -> None:
         from .summary import run_summary
         levels = _levels(concurrency)
         tags = [t for t in (tag or "").split(",") if t] or None
+        if suite and suite_opt and suite != suite_opt:
+            _fail(RejoinderError(f"two suites given ({suite!r} and --suite {suite_opt!r}); give one"))
+        suite = suite or suite_opt
         if target:
             local = [f"--{k}" for k, v in (("agent", agent), ("config", config), ("tts", tts), ("llm", llm),
                                            ("faults", faults)) if v]

@@ -22,6 +22,8 @@ attributed to a cause (:attr:`Verdict.causes`, one per failure), from what was m
 * ``timeout`` — no reply was heard, or it came after the V2V budget;
 * ``interruption`` (barge-in expectations), ``unexpected tool``, ``state`` (final database),
   ``call failed``;
+* ``echo`` — the reply was the caller's own words back (``not_echo``; :mod:`.answers`, which
+  also checks ``reply_contains_any``, ``no_tools`` and ``tools_absent``);
 * ``turn-taking`` — a noise was answered, a number read out was split over turns, an idle
   prompt came too soon after the agent's audio ended, or the agent did (not) hang up;
 * ``no transfer`` / ``unexpected transfer`` / ``cut goodbye`` — call outcomes
@@ -36,6 +38,7 @@ from typing import Any
 
 from ..scenario import Scenario
 from ..turns import TurnPolicy
+from .answers import answer_checks
 from .outcomes import check_outcomes
 
 
@@ -221,6 +224,8 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
             checks += 1
             if any(_words(form) in heard for form in _spoken_forms(words)):
                 fail("leak", f"{label}: the caller heard {words!r}, which must not be said")
+        checks += answer_checks(ex, mine, label, calls=calls, see_tools=see_tools, fail=fail, skipped=skipped,
+                                tool_cause=None if tool_ok else causes[-1])
         if ex.v2v_budget_ms is not None:
             checks += 1
             v2v = next((r.v2v_ms() for r in mine if r.v2v_ms() is not None), None)

@@ -127,6 +127,33 @@ def level_rows(summary: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def _pct(v: Any) -> str:
+    return "—" if v is None else f"{100 * v:.0f}%"
+
+
+def _small_talk(st: dict[str, Any] | None) -> str:
+    return f"{_pct(st['rate'])} ({st['with_tool']} of {st['turns']} turns)" if st and st.get("turns") else "—"
+
+
+def success_html(summary: dict[str, Any]) -> str:
+    """Task success per scenario and level: n, pass@1, pass^k and the failed checks' causes,
+    then the suite's pass@1 (Wilson 95 % interval) and pass^k per level."""
+    k = next((lv["pass"]["k"] for lv in summary["levels"] if lv.get("pass")), 1)
+    rows = [[lv["concurrency"], name, f"{ts['ok']}/{ts['n']}", _pct(ts.get("pass_at_1", ts.get("rate"))),
+             _pct(ts.get("pass_k")), ", ".join(f"{c} ×{n}" for c, n in (ts.get("causes") or {}).items())]
+            for lv in summary["levels"] for name, ts in lv["task_success"].items()]
+    suite = [[lv["concurrency"], p["scenarios"], p["calls"], _pct(p["pass_at_1"]),
+              f"{_pct(p['pass_at_1_ci95'][0])}–{_pct(p['pass_at_1_ci95'][1])}", _pct(p["pass_k"]),
+              f"{p['scenarios_all_passed']}/{p['scenarios']}", _small_talk(lv.get("small_talk"))]
+             for lv in summary["levels"] if (p := lv.get("pass")) and p["scenarios"]]
+    return (f"<h2>Task success: pass@1 and pass^{k}</h2><p>pass@1: share of a scenario's calls that met "
+            f"every expectation; pass^{k}: chance that {k} of its calls all pass (C(ok,{k})/C(n,{k})); "
+            "n: calls the figure rests on.</p>"
+            + _table(["calls at once", "scenarios", "calls (n)", "pass@1", "95% CI (Wilson)", f"pass^{k}",
+                      "scenarios passing every call", "tool calls on small talk"], suite)
+            + _table(["calls at once", "scenario", "ok/n", "pass@1", f"pass^{k}", "failure causes"], rows))
+
+
 SHORT_HEADERS = ["N", "calls", "turns", "p50", "p90", "p95", "p99", "largest", "stalls", "ok", "CPU%",
                  "RSS MB", "callers CPU", "lag p99"]
 LEVEL_HEADERS = ["calls at once", "calls", "turns", "V2V p50", "p90", "p95", "p99", "largest (p50)",
@@ -163,7 +190,7 @@ def render_html(store: RunStore, run_ref: str) -> str:
             f"{html.escape(str(run.get('ended_at')))} · hosting <b>{html.escape(str(cond.get('hosting')))}</b>"
             f" · network <b>{html.escape(str(cond.get('network')))}</b> · capacity "
             f"(p95 ≤ {cap['factor']}× single-call p95): <b>{_fmt(cap['concurrency'])}</b> call(s)</p>")
-    body = (head + _table(LEVEL_HEADERS, level_rows(summary)) + "".join(parts)
+    body = (head + _table(LEVEL_HEADERS, level_rows(summary)) + success_html(summary) + "".join(parts)
             + "<h2>Failed checks</h2>" + (_table(["calls at once", "scenario", "call", "why"], failures)
                                           if failures else "<p>none</p>")
             + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")

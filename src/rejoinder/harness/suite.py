@@ -1,7 +1,8 @@
 """Suites: named folders of scenario YAML files.
 
-A suite is given as a bundled name (``reference``, see ``harness/suites/``), a folder of
-``*.yaml`` files, or a single scenario file. Scenarios are identified by their ``name`` and
+A suite is given as a bundled name (``reference``; ``heldout``, the scenarios no tool decision
+was tuned on; see ``harness/suites/``), a folder of ``*.yaml`` files, a single scenario file, or
+several of these comma-separated (``reference,heldout``: one run over both). Scenarios are identified by their ``name`` and
 fingerprinted by :func:`scenario_hash` (the YAML text and every audio file it plays), so a stored
 run says exactly which script was played.
 """
@@ -43,13 +44,19 @@ def suite_files(suite: str | Path | None) -> tuple[str, list[Path]]:
 
 
 def load_suite(suite: str | Path | None = None, only: list[str] | None = None) -> tuple[str, list[Scenario]]:
-    """Load and validate every scenario of a suite, optionally only those named in ``only``.
+    """Load and validate every scenario of a suite (or of comma-separated suites), optionally
+    only those named in ``only``.
 
     Raises:
         ScenarioError: an invalid scenario (file:line: field), duplicate names, or an unknown
             name in ``only``.
     """
-    label, files = suite_files(suite)
+    parts = [x for x in str(suite).split(",") if x] if suite is not None and not Path(suite).exists() else []
+    if len(parts) > 1:  # "reference,heldout": one run over several suites
+        found = [suite_files(x) for x in parts]
+        label, files = "+".join(lb for lb, _ in found), [f for _, fs in found for f in fs]
+    else:
+        label, files = suite_files(suite)
     scenarios = [load_scenario(f) for f in files]
     names = [s.name for s in scenarios]
     dup = sorted({n for n in names if names.count(n) > 1})

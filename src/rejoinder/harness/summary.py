@@ -19,6 +19,7 @@ from ..dictation import dictated_digits
 from ..timeline import SEGMENTS
 from .stats import percentiles
 from .store import RunStore
+from .success import scenario_success, suite_success
 
 CAPACITY_FACTOR = 1.5
 
@@ -37,16 +38,16 @@ def time_to_answer(turn: dict[str, Any]) -> float | None:
 
 
 def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dict[str, Any]],
-                  stats: dict[str, Any] | None) -> dict[str, Any]:
+                  stats: dict[str, Any] | None, k: int = 1) -> dict[str, Any]:
+    """One level's figures; ``task_success`` per scenario carries pass@1 and pass^``k``
+    (:mod:`rejoinder.harness.success`), ``pass`` the suite's, with the counts they rest on."""
     answered = [t for t in turns if t["v2v_ms"] is not None]
-    by_scn: dict[str, list[bool]] = defaultdict(list)
-    for c in calls:
-        by_scn[c["scenario"]].append(bool(c["success"]))
     statuses: dict[str, int] = defaultdict(int)
     for t in turns:
         statuses[t["status"]] += 1
     statuses["answered"] = len(answered)
     ears = [c["extra"].get("ear_check_max_ms") for c in calls if c.get("extra")]
+    per_scn = scenario_success(calls, k)
     out = {
         "concurrency": concurrency,
         "calls": len(calls),
@@ -58,10 +59,9 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "stalls": {"count": sum(t["stalls_n"] for t in turns),
                    "total_ms": round(sum(t["stalls_ms"] for t in turns), 1),
                    "turns_with_stalls": sum(1 for t in turns if t["stalls_n"])},
-        "task_success": {name: {"ok": sum(v), "n": len(v), "rate": round(sum(v) / len(v), 3),
-                                "failures": sorted({f for c in calls if c["scenario"] == name
-                                                    for f in c.get("failures") or []})[:5]}
-                         for name, v in sorted(by_scn.items())},
+        "task_success": per_scn,
+        "pass": suite_success(per_scn, k),
+        "small_talk": small_talk_summary(calls),
         "task_success_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
         "failure_causes": failure_causes(calls),
         "failed_calls": sum(1 for c in calls if c.get("error")),
@@ -70,10 +70,18 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "turn_taking": turn_taking_summary(turns, calls),
     }
     if stats:
-        out["resources"] = {k: stats.get(k) for k in ("wall_s", "cpu_s", "cpu_pct", "cores",
+        out["resources"] = {key: stats.get(key) for key in ("wall_s", "cpu_s", "cpu_pct", "cores",
                                                        "machine_busy_pct", "rss_start_mb", "rss_peak_mb",
                                                        "caller_cpu_s", "caller_cpu_share", "loop_lag_ms")}
     return out
+
+
+def small_talk_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spurious tool calls on small talk: caller turns that expect no tool (``no_tools``) and
+    how many were answered with a call anyway."""
+    seen = [c["extra"]["small_talk"] for c in calls if (c.get("extra") or {}).get("small_talk")]
+    turns, bad = sum(x["turns"] for x in seen), sum(x["with_tool"] for x in seen)
+    return {"turns": turns, "with_tool": bad, "rate": round(bad / turns, 3) if turns else None}
 
 
 def failure_causes(calls: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -151,8 +159,9 @@ def run_summary(store: RunStore, run_ref: str) -> dict[str, Any]:
     run_id = run["id"]
     turns, calls = store.turns(run_id), store.calls(run_id)
     levels_present = sorted({c["concurrency"] for c in calls} | set(run["levels"]))
+    k = int((run.get("conditions") or {}).get("repeat") or 1)  # pass^k for --repeat k
     levels = [level_summary(n, [t for t in turns if t["concurrency"] == n],
-                            [c for c in calls if c["concurrency"] == n], run["levels"].get(n))
+                            [c for c in calls if c["concurrency"] == n], run["levels"].get(n), k)
               for n in levels_present]
     shares = [lv["resources"]["caller_cpu_share"] for lv in levels
               if lv.get("resources") and lv["resources"].get("caller_cpu_share") is not None]
