@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
-                                                    "in-process, servers, managed-tts"),
+                                                    "in-process, servers, managed-tts, ray-serve"),
               network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
                                                     "comma-separated: loopback, same-zone, cross-zone, regional, "
                                                     "cross-region, regional-lossy"),

@@ -18,6 +18,7 @@ here times itself: the runtime stamps every boundary as for real models.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, AsyncIterable, AsyncIterator
 
 import numpy as np
@@ -81,6 +82,7 @@ class ZeroLLM:
         done = max((k for k in range(len(REPLY) + 1) if k and request.prefix.endswith("".join(REPLY[:k]))),
                    default=0)  # a retry continues after what its prefix already holds
         for tok in REPLY[done:]:
+            await asyncio.sleep(0)  # a stream yields to the loop between tokens, as any backend's does
             yield tok
 
 
