@@ -28,17 +28,45 @@ def bench(args: list[str]) -> dict:
     return json.loads(out.stdout)
 
 
+TONES = """\
+name: tones-{k}
+description: three caller turns of a steady tone (no pauses inside a turn), each 400 ms after the agent
+turns:
+  - audio: [{{file: tone.wav}}]
+  - after_agent_ms: 400
+    audio: [{{file: tone.wav}}]
+  - after_agent_ms: 400
+    audio: [{{file: tone.wav}}]
+tail_ms: 800
+"""
+
+
+def tone_suite(folder: Path) -> Path:
+    """A suite whose caller turns have no pauses inside them, so the zero-cost agent answers each
+    turn once whatever the timing (real speech with pauses makes it answer, and be interrupted, at
+    each pause: more or fewer turns as the load shifts the timing)."""
+    import numpy as np
+    import soundfile as sf
+    folder.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(1.2 * 16000)) / 16000
+    sf.write(str(folder / "tone.wav"), (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, subtype="PCM_16")
+    for k in range(2):
+        (folder / f"tones-{k}.yaml").write_text(TONES.format(k=k))
+    return folder
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--callers", type=int, default=200, help="simulated callers at once")
     ap.add_argument("--workers", type=int, default=4, help="Ray worker processes")
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--scenarios", default="order-digits-real")
+    ap.add_argument("--scenarios", default=None, help="scenarios of the bundled suite (default: a tone suite)")
     ap.add_argument("--store", default="out/ray_callers/runs.sqlite")
     a = ap.parse_args()
     Path(a.store).parent.mkdir(parents=True, exist_ok=True)
-    common = ["--concurrency", str(a.callers), "--repeat", str(a.repeat), "--scenarios", a.scenarios,
-              "--store", a.store, "--call-timeout", "300"]
+    common = ["--concurrency", str(a.callers), "--repeat", str(a.repeat), "--store", a.store, "--call-timeout", "300"]
+    common = ([*common, "--scenarios", a.scenarios] if a.scenarios else
+              [str(tone_suite(Path(a.store).parent / "tones")), *common])
     one = bench(common)
     ray = bench([*common, "--ray", "local", "--ray-cpus", str(a.workers), "--ray-workers", str(a.workers)])
     rows = []
