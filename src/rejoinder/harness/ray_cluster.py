@@ -78,7 +78,11 @@ def connect(address: str | None = "local", *, num_cpus: int | None = None) -> Cl
             ctx = ray.init(num_cpus=num_cpus, runtime_env=env, **kw)
         else:
             ctx = ray.init(address=address, runtime_env=env, **kw)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 — Ray raises bare Exception for a node that did not start
+        if local:
+            raise ConfigError(f"the local Ray cluster did not start: {exc}; an overloaded machine delays Ray's "
+                              "start-up past its timeout: retry, or start one with `ray start --head` and pass "
+                              "--ray auto") from exc
         raise ConfigError(f"cannot reach a Ray cluster at {address!r}: {exc}; start one with "
                           "`ray start --head` (then pass its address, or auto), or use --ray local") from exc
     gcs = getattr(ctx, "address_info", {}).get("gcs_address") or address or "local"
