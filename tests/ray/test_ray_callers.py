@@ -40,3 +40,32 @@ async def test_callers_on_two_actors_land_in_one_run(ray_cluster, tmp_path):
     assert 0 < lv["v2v_ms"]["p50"] < 2000  # zero-cost models: the end-of-turn silence and playout
     assert store.run(run_id)["status"] == "finished"
     store.close()
+
+
+def test_bench_ray_on_the_command_line_records_the_cluster(ray_cluster, tmp_path):
+    """`rejoinder bench --ray … --zero-cost`: the run's conditions describe the cluster and the
+    workers, its level keeps each worker's figures (this process is connected already, so the
+    command uses the test's cluster and leaves it running)."""
+    import sys
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "harness"))
+    from harness_fakes import tone_suite
+
+    from rejoinder.cli import app
+
+    suite = tone_suite(tmp_path / "suite", names=("alpha",))
+    res = CliRunner().invoke(app, ["bench", str(suite), "--zero-cost", "--ray", "local", "--concurrency", "2",
+                                   "--store", str(tmp_path / "cli.sqlite"), "--json"])
+    assert res.exit_code == 0, res.output
+    st = SQLiteStore(tmp_path / "cli.sqlite")
+    [run] = st.runs(5)
+    info = st.run(run["id"])
+    assert info["conditions"]["ray"]["workers"] == 2 and info["conditions"]["ray"]["cpus"] == 2
+    assert info["conditions"]["models"]["name"] == "zero-cost"
+    assert len(info["levels"][2]["workers"]) == 2 and run["n_calls"] == 2
+    st.close()
+    import ray
+    assert ray.is_initialized()  # the test's cluster is still up for the next test

@@ -42,6 +42,7 @@ class Cluster:
     address: str
     started_here: bool
     info: dict[str, Any] = field(default_factory=dict)
+    owned: bool = True  # this connection was made by connect(): shutdown() closes it
 
     @property
     def cpus(self) -> int:
@@ -62,7 +63,8 @@ def describe(address: str, started_here: bool) -> dict[str, Any]:
 
 
 def connect(address: str | None = "local", *, num_cpus: int | None = None) -> Cluster:
-    """Start a local cluster (``local``/None) or join one (``auto``, ``HOST:PORT``).
+    """Start a local cluster (``local``/None) or join one (``auto``, ``HOST:PORT``); a process
+    already connected keeps its connection (and :func:`shutdown` leaves it open).
 
     Raises:
         MissingExtra: Ray is not installed.
@@ -70,6 +72,9 @@ def connect(address: str | None = "local", *, num_cpus: int | None = None) -> Cl
     """
     ray = require_ray()
     local = address in (None, "", "local")
+    if ray.is_initialized():  # this process is connected already (a test's cluster, a notebook's)
+        gcs = ray.get_runtime_context().gcs_address
+        return Cluster(gcs, False, describe(gcs, False), owned=False)
     kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
     # workers must import this rejoinder: the one on the driver's path (a checkout's src/ too)
     env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
@@ -90,7 +95,9 @@ def connect(address: str | None = "local", *, num_cpus: int | None = None) -> Cl
 
 
 def shutdown(cluster: Cluster | None) -> None:
-    """Disconnect; a cluster started here is stopped with it."""
+    """Disconnect (a connection :func:`connect` made); a cluster started here is stopped with it."""
+    if cluster is not None and not cluster.owned:
+        return
     ray = require_ray()
     with contextlib.suppress(Exception):
         ray.shutdown()
