@@ -31,7 +31,7 @@ if [ "$(cat $stamp 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null
   # portable x86-64-v3 build of llama.cpp (measured: ≈4.5 min on 2 cores); never GGML_CPU_ALL_VARIANTS
   export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
-  .venv/bin/pip install -q -e '.[piper,espeak,postgres,llm-server,test]'
+  .venv/bin/pip install -q -e '.[piper,espeak,postgres,llm-server,ray,test]'
   # Smart Turn v3.2 ships inside the pipecat-ai wheel; we only read its ONNX file, so no deps.
   .venv/bin/pip install -q --no-deps pipecat-ai==1.14.0
   echo "$want" > $stamp

@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
               llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
               hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
-                                                    "in-process, servers, managed-tts"),
+                                                    "in-process, servers, managed-tts, ray-serve"),
               network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
                                                     "comma-separated: loopback, same-zone, cross-zone, regional, "
                                                     "cross-region, regional-lossy"),
@@ -215,7 +215,14 @@ def register(app: typer.Typer) -> None:
                                            "/ws is rejoinder's protocol)"),
               target_token: Optional[str] = typer.Option(None, envvar="REJOINDER_TARGET_TOKEN",
                                                          help="with --target: the target's token"),
-              jitter_ms: float = typer.Option(60.0, help="with --target: the caller's jitter buffer (ms), part of V2V")
+              jitter_ms: float = typer.Option(60.0, help="with --target: the caller's jitter buffer (ms), part of V2V"),
+              ray: Optional[str] = typer.Option(None, "--ray", help="run the callers on a Ray cluster: local (start "
+                                                "one here), auto, or the head's HOST:PORT (needs rejoinder[ray])"),
+              ray_workers: Optional[int] = typer.Option(None, min=1, help="with --ray: caller processes (default: "
+                                                        "one per CPU of the cluster, at most the highest level)"),
+              ray_cpus: Optional[int] = typer.Option(None, min=1, help="with --ray local: CPUs of the local cluster"),
+              zero_cost: bool = typer.Option(False, "--zero-cost", help="zero-cost models (every stage answers at "
+                                             "once): measures the orchestration and the callers only")
               ) -> None:
         """Run the suite at each concurrency level and store the run (N calls at once in this process,
         or N sockets to --target)."""
@@ -236,7 +243,18 @@ def register(app: typer.Typer) -> None:
             if local:
                 _fail(RejoinderError(f"{', '.join(local)} configure the in-process agent; with --target the agent "
                                      "is the target (configure it there)"))
+            if zero_cost:
+                _fail(RejoinderError("--zero-cost configures the in-process agent; with --target the agent is the "
+                                     "target (start it with `rejoinder serve --zero-cost`)"))
             from .remote import cli as remote_cli
+            if ray:
+                from .ray_cli import bench_target
+                bench_target(address=ray, workers=ray_workers, cpus=ray_cpus, url=target, protocol=protocol,
+                             token=target_token, jitter_ms=jitter_ms, suite=suite, tags=tags, levels=levels,
+                             only=[s for s in (scenarios or "").split(",") if s] or None, repeat=repeat,
+                             hosting=hosting, network=network, store=store, note=note, call_timeout=call_timeout,
+                             report=report, json_out=json_out)
+                return
             remote_cli.bench(target_url=target, protocol=protocol, token=target_token, jitter_ms=jitter_ms,
                              suite=suite, only=[s for s in (scenarios or "").split(",") if s] or None, tags=tags,
                              levels=levels, repeat=repeat, hosting=hosting, network=network, note=note, store=store,
@@ -258,11 +276,25 @@ def register(app: typer.Typer) -> None:
                 cfg.faults, cfg.fault_seed = faults, fault_seed
             from ..adapters.registry import validate
             validate(cfg.stack)
-            runtime = Runtime(cfg)
+            if zero_cost:
+                from .zerocost import ZeroCostRuntime
+                runtime = ZeroCostRuntime(cfg)
+            else:
+                runtime = Runtime(cfg)
             st = _open(store)
         except RejoinderError as exc:
             _fail(exc)
         hashes = {sc.name: scenario_hash(sc) for sc in scs}
+        if ray and (hosting or network):
+            _fail(RejoinderError("--ray runs the callers on a cluster; --hosting/--network compare arrangements "
+                                 "in this process (the ray-serve arrangement: --hosting ray-serve, without --ray)"))
+        if ray:  # the callers on Ray actors, each with its own agent
+            from .ray_cli import bench_local
+            bench_local(address=ray, workers=ray_workers, cpus=ray_cpus, cfg=cfg, zero_cost=zero_cost,
+                        runtime=runtime, scenarios=scs, label=label, levels=levels, repeat=repeat, hashes=hashes,
+                        store=st, store_flag=plain(_store_flag(store)), note=note, call_timeout=call_timeout,
+                        report=report, json_out=json_out)
+            return
         if hosting or network:  # the hosting comparison: one stored run per arrangement × profile
             from .bench import BenchOptions as _Opts
             from .hosting_cli import run_hosting
@@ -275,6 +307,9 @@ def register(app: typer.Typer) -> None:
                            artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio)))
         conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
                                  agent=runtime.agent)
+        if zero_cost:
+            from .zerocost import mark_conditions
+            mark_conditions(conds)
         run_id = st.begin_run(conds, suite=label, command=" ".join(["rejoinder"] + sys.argv[1:]))
         if note:
             st.add_note(run_id, note)

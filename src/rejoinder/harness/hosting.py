@@ -44,9 +44,13 @@ ARRANGEMENTS = {
                "OpenAI chat API on llama.cpp's server)",
     "managed-tts": "STT server (Cartesia Ink) and LLM server (OpenAI chat API); TTS through a "
                    "SageMaker-shaped response stream (one request per utterance)",
+    "ray-serve": "the agent as one Ray Serve replica (its models in the replica) behind Serve's proxy, "
+                 "callers over /twilio (rejoinder.harness.hosting_ray)",
 }
 # The TTS stream dies mid-sentence in half of the requests (≈400 ms into the audio on servers).
-FAILURES = {"in-process": "tts:drop@0%0.5", "servers": "tts:drop@4%0.5", "managed-tts": "tts:error@20%0.5"}
+FAILURES = {"in-process": "tts:drop@0%0.5", "servers": "tts:drop@4%0.5", "managed-tts": "tts:error@20%0.5",
+            "ray-serve": "tts:drop@0%0.5"}
+LOCAL = ("in-process", "ray-serve")  # arrangements without model servers: no network profile
 BASE_PORT = 47400
 
 
@@ -76,7 +80,7 @@ def plans(hosting: list[str], networks: list[str], failures: bool = False) -> li
     profs = [get_profile(n) for n in networks] or [PROFILES["loopback"]]
     out: list[Plan] = []
     for h in hosting:
-        for p in ([None] if h == "in-process" else profs):
+        for p in ([None] if h in LOCAL else profs):
             out.append(Plan(h, p))
             if failures:
                 out.append(Plan(h, p, FAILURES[h]))
@@ -284,6 +288,12 @@ async def run_plans(items: list[Plan], cfg: Any, scenarios: list, store: Any, op
     out: list[tuple[Plan, str, str]] = []
     logs.mkdir(parents=True, exist_ok=True)
     for i, plan in enumerate(items):
+        if plan.arrangement == "ray-serve":
+            from .hosting_ray import run_plan
+            run_id, status = await run_plan(plan, cfg, scenarios, store, opts, suite=suite, command=command,
+                                            on_run=on_run)
+            out.append((plan, run_id, status))
+            continue
         async with Deployment(plan, i, logs) as dep:
             run_cfg = cfg.model_copy(deep=True)
             run_cfg.stack = dep.stack_config(cfg.stack)

@@ -289,7 +289,7 @@ def create_app(cfg: ServerConfig, provider: CallProvider) -> FastAPI:
                 ended = await call.run(link.receive, link.send_raw)
             log.info("call %s ended: %s", call_id, ended)
             final, ctx = await provider.close_call(ctx), None   # the agent's report_state
-            CallReports.finish(report, call, final)
+            state.reports.finish(report, call, final)
             await _close(ws, ended, json_errors=browser)
             if state.runs is not None:
                 transcript = "".join(f"{who}: {text}\n" for who, text in call.lines)

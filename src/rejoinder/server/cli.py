@@ -33,7 +33,22 @@ def register(app: typer.Typer) -> None:
                   "with the <Dial> TwiML to run)"),
               transfer_target: Optional[str] = typer.Option(
                   None, help="/twilio: <Dial> target when the transfer tool names none"),
-              log_level: str = typer.Option("info")) -> None:
+              log_level: str = typer.Option("info"),
+              ray: Optional[str] = typer.Option(None, "--ray", help="deploy on Ray Serve, autoscaled on calls in "
+                                                "progress: local (start a cluster here), auto, or the head's "
+                                                "HOST:PORT (needs rejoinder[ray])"),
+              ray_cpus: Optional[int] = typer.Option(None, min=1, help="with --ray local: CPUs of the local cluster"),
+              min_replicas: int = typer.Option(1, min=1, help="with --ray: fewest agent replicas"),
+              max_replicas: int = typer.Option(2, min=1, help="with --ray: most agent replicas"),
+              target_calls: float = typer.Option(2.0, help="with --ray: calls in progress per replica that "
+                                                 "autoscaling aims for (a replica is added above it)"),
+              downscale_delay_s: float = typer.Option(10.0, help="with --ray: idle seconds before a replica is "
+                                                      "removed (its calls are drained first)"),
+              models: Optional[str] = typer.Option(None, help="with --ray: model servers deployed on their own, "
+                                                   "scaled separately: tts"),
+              duration_s: Optional[float] = typer.Option(None, help="with --ray: stop after this many seconds"),
+              zero_cost: bool = typer.Option(False, "--zero-cost", help="zero-cost models (every stage answers at "
+                                             "once): for load tests of the serving path")) -> None:
         """Serve the agent: talk to it from a browser (/), a WebSocket client (/ws) or a phone
         line through Twilio Media Streams (/twilio). Each socket is one call, measured like
         `rejoinder call`, and recorded under --store."""
@@ -53,7 +68,11 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = load_config(config, agent=agent, tts=tts, llm=llm)
             validate(cfg.stack)  # an unknown adapter is an error now, not a crash after start-up
-            runtime = Runtime(cfg)
+            if zero_cost:
+                from ..harness.zerocost import ZeroCostRuntime
+                runtime = ZeroCostRuntime(cfg)
+            else:
+                runtime = Runtime(cfg)
         except RejoinderError as exc:
             error(console, exc)
             raise typer.Exit(2)
@@ -73,6 +92,10 @@ def register(app: typer.Typer) -> None:
                                   store_dir=None if no_store else store, run_store=runs,
                                   record_runs=not no_store, transfer_webhook=transfer_webhook,
                                   transfer_target=transfer_target)
+        if ray:
+            _serve_ray(ray, ray_cpus, host, port, server_cfg, cfg, zero_cost, min_replicas, max_replicas,
+                       target_calls, max_calls, downscale_delay_s, max_call_s, models, duration_s, runs, console)
+            return
         web = create_app(server_cfg, AgentProvider(runtime))
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
         if source == "generated":
@@ -87,3 +110,36 @@ def register(app: typer.Typer) -> None:
                             f"(Media Streams); models load in the background — GET /health"))
         uvicorn.run(web, host=host, port=port, log_level=log_level, ws_max_size=1 << 20,
                     ws_ping_interval=20, ws_ping_timeout=20)
+
+
+def _serve_ray(address, cpus, host, port, server_cfg, cfg, zero_cost, min_replicas, max_replicas, target_calls,
+               max_calls, downscale_delay_s, max_call_s, models, duration_s, runs, console) -> None:
+    """``serve --ray``: see :mod:`rejoinder.server.ray_serve`. Each replica takes up to
+    ``max_calls`` calls; they keep no call folders (the serve run in the store records the
+    scaling events, the harness records the calls)."""
+    from ..cliout import error
+    from ..errors import RejoinderError
+    from ..harness.store import open_store
+    from .ray_driver import serve_ray
+    from .ray_serve import ScaleOptions
+
+    wanted = [m for m in (models or "").replace(" ", "").split(",") if m]
+    if any(m != "tts" for m in wanted):
+        error(console, f"--models {models!r}: the model server deployable on Ray Serve is tts (the SageMaker-"
+              "shaped streaming endpoint); STT and the LLM stay where the configuration puts them")
+        raise typer.Exit(2)
+    agent = ScaleOptions(min_replicas=min_replicas, max_replicas=max_replicas, target_calls=target_calls,
+                         max_calls=max_calls, downscale_delay_s=downscale_delay_s, drain_s=max_call_s)
+    tts = ScaleOptions(min_replicas=1, max_replicas=max_replicas, target_calls=max(1.0, 2 * target_calls),
+                       max_calls=4 * max_calls, downscale_delay_s=downscale_delay_s, cpus=0.5)
+    scfg = server_cfg.model_dump(mode="json")
+    scfg.update(store_dir=None, record_runs=False, run_store=None)
+    try:
+        st = open_store(runs)
+        serve_ray(address=address, cpus=cpus, host=host, port=port, server_cfg=scfg, agent_cfg=cfg,
+                  zero_cost=zero_cost, agent_scale=agent, models=wanted, tts_scale=tts,
+                  tts_engine=cfg.stack.tts if cfg.stack.tts in ("piper", "espeak") else "piper", store=st,
+                  duration_s=duration_s, console=console)
+    except (RejoinderError, RuntimeError) as exc:
+        error(console, exc)
+        raise typer.Exit(2)
