@@ -24,26 +24,15 @@ timeline, so the caller never waits in silence.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from .conversation import Conversation, Step
+from .conversation import Conversation, Step, ToolRun
 from .events import LlmToken, Recovery
 from .ports import ChatMessage, LLMPort, ToolCall
-from .reply import RecoveryPolicy
+from .reply import RecoveryPolicy, Say
 from .stages import timed_llm, watch
 
 RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
-
-
-@dataclass(frozen=True, slots=True)
-class Say:
-    """Text for the speech side. ``source`` tells who wrote it: ``"llm"``, or words the runtime
-    says on its own (``"greeting"``, ``"filler"``, ``"recovery"``, ``"idle"``). ``flush`` ends the
-    current chunk (a tool round is coming: speak what is pending now)."""
-
-    text: str
-    source: str = "llm"
-    flush: bool = False
 
 
 class Draft:
@@ -51,8 +40,13 @@ class Draft:
     task; the speech side reads :meth:`items`."""
 
     def __init__(self, conv: Conversation, turn_id: int, user_text: str, llm: LLMPort,
-                 recovery: RecoveryPolicy, *, tentative: bool = False) -> None:
+                 recovery: RecoveryPolicy, *, tentative: bool = False,
+                 prior: list[ToolRun] | None = None) -> None:
+        """``prior``: tool runs that already happened in this turn (a draft dropped when the turn
+        reopened): the LLM is given their results, and an irreversible call with the same name
+        and arguments is answered from them instead of running again."""
         self.conv = conv
+        self.prior = list(prior or ())
         self.turn_id = turn_id
         self.user_text = user_text
         self.llm = llm
@@ -75,6 +69,10 @@ class Draft:
         """The turn is final with this transcript: irreversible tools may run now."""
         self._confirmed.set()
 
+    def done_tools(self) -> bool:
+        """True when no tool run this draft started is still running."""
+        return all(t.done() for t in self._tool_tasks)
+
     async def settled_runs(self) -> list:
         """Every tool run this draft started, once each has finished (a run is never cut short
         by a barge-in: its effect must be known to be compensated)."""
@@ -83,6 +81,8 @@ class Draft:
 
     # --- output -------------------------------------------------------------------------------
     def _put(self, item: Say) -> None:
+        if self.steps:  # attributed to the step being written
+            item = replace(item, step=len(self.steps) - 1)
         self._items.append(item)
         self._wake.set()
 
@@ -114,6 +114,10 @@ class Draft:
 
     async def _loop(self) -> None:
         pending: list[ChatMessage] = [ChatMessage("user", self.user_text)]
+        if self.prior:  # work of a dropped draft of this turn: done, and told to the LLM once
+            self.steps.append(Step(runs=list(self.prior)))
+            pending.append(ChatMessage("assistant", "", tool_calls=tuple(r.call for r in self.prior)))
+            pending.extend(r.message() for r in self.prior)
         max_steps = self.conv.agent.llm.max_steps
         for k in range(max_steps):
             step = Step()
@@ -129,11 +133,21 @@ class Draft:
                 tool = self.conv.agent.tools.get(call.name)
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
+                    done = next((r for r in self.prior if r.call.name == call.name
+                                 and dict(r.call.arguments) == dict(call.arguments)), None)
+                    if done is not None:  # it already ran in this turn: never do it twice
+                        run = ToolRun(call, done.result, done.error, repeated=True)
+                        step.runs.append(run)
+                        pending.append(run.message())
+                        continue
                 task = asyncio.ensure_future(
                     self.conv.run_tool(self.turn_id, call, tentative=self.tentative))
                 self._tool_tasks.append(task)
+                # recorded when it finishes, even if this draft is cancelled meanwhile (barge-in):
+                # a tool that outlives its reply still reaches the context
+                task.add_done_callback(lambda t, step=step: t.cancelled() or t.exception()
+                                       or step.runs.append(t.result()))
                 run = await asyncio.shield(task)
-                step.runs.append(run)
                 pending.append(run.message())
         if not any(s.text.strip() for s in self.steps) and self.policy.recovery_line:
             self._recovered("recovery_line", "the LLM wrote nothing to say")

@@ -43,6 +43,10 @@ from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCal
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
+# stamps of a reply's stages: dropped when the turn reopens and a new reply starts over
+_REPLY_SIDE = frozenset({"llm_request", "llm_first_token", "llm_end", "tool_start", "tool_end",
+                         "first_speakable_text", "tts_request", "tts_first_audio", "tts_end",
+                         "first_audio_out", "first_audio_in", "playout_start"})
 SEGMENTS = ("endpointing", "transcription", "tool_choice", "tools", "llm_ttft", "first_text",
             "tts_ttfb", "audio_out", "arrival", "playout", "lead_silence")
 
@@ -76,9 +80,10 @@ class TurnRecord:
             return None
         end = s["playback_start"]
         speak = s.get("first_speakable_text", end)
-        tool_ends = [t["end_ms"] for t in self.tools if t.get("end_ms") is not None
+        tools = [t for t in self.tools if not t.get("before_reopen")]
+        tool_ends = [t["end_ms"] for t in tools if t.get("end_ms") is not None
                      and t["end_ms"] <= speak]
-        tool_starts = [t["start_ms"] for t in self.tools if t["start_ms"] <= speak]
+        tool_starts = [t["start_ms"] for t in tools if t["start_ms"] <= speak]
         firsts = [t for t in self.llm_first_tokens if t <= speak]
         points = [
             ("endpointing", s.get("eot_decided")),
@@ -102,6 +107,18 @@ class TurnRecord:
             out[name] = round(t - prev, 3)
             prev = t
         return out
+
+    def drop_reply_stamps(self) -> None:
+        """The turn reopened (the caller went on before its reply was heard): forget the
+        dropped reply's stage times, so the segments measure the reply that is heard. Its tool
+        runs stay listed (they happened), marked ``before_reopen``."""
+        for name in _REPLY_SIDE:
+            self.stamps.pop(name, None)
+            self.estimated.discard(name)
+        self.llm_first_tokens.clear()
+        self.tts_chunks.clear()
+        for t in self.tools:
+            t["before_reopen"] = True
 
     def v2v_ms(self) -> float | None:
         s = self.stamps
@@ -188,6 +205,8 @@ class Timeline:
                 rec.status, rec.rejected = "rejected_noise", dict(event.data)
             elif event.reason == "idle_prompt":
                 rec.status = rec.initiated = "idle_prompt"
+            elif event.reason == "reopen":  # the reply so far was dropped: its times are not
+                rec.drop_reply_stamps()      # the turn's (the next reply's are)
             else:  # a sound over the reply that it talked on after
                 rec.resumed.append(event.reason)
         elif isinstance(event, AgentSpeech) and event.turn_id:
