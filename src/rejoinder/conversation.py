@@ -102,7 +102,7 @@ class Conversation:
             if tool is None:
                 raise ToolError(f"there is no tool named {call.name!r}; the tools are "
                                 f"{', '.join(self.agent.tools) or 'none'}")
-            run.result = await tool.run(self.ctx, call.arguments)
+            run.result = await tool.run(self.ctx, call.arguments, clock=self.st.clock)
         except ToolError as exc:
             run.error = str(exc)
         except TimeoutError:

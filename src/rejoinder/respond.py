@@ -35,6 +35,35 @@ from .stages import timed_llm, watch
 RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
 
 
+class _Pace:
+    """Arrival pattern of one LLM stream. Several deltas arriving at one instant
+    (``llm_clump_tokens``) mean the stream is buffered between the server and us (a proxy, a
+    load balancer): the server sent them earlier, spread out. Such a stream's gaps are the
+    buffer's, not a stalled server's, so its stall watchdog is the first-token one; the first
+    gap longer than ``llm_stall_ms`` it then survives is flagged (``Recovery`` "buffered")."""
+
+    def __init__(self, policy: RecoveryPolicy, now: float) -> None:
+        self.policy = policy
+        self.last = now
+        self.run = 0
+        self.buffered = False
+        self.flagged = False
+
+    def stall_ms(self) -> float:
+        return self.policy.llm_first_token_ms if self.buffered else self.policy.llm_stall_ms
+
+    def arrived(self, now: float) -> str | None:
+        gap, self.last = now - self.last, now
+        self.run = self.run + 1 if gap < 1.0 else 1
+        if self.run >= self.policy.llm_clump_tokens:
+            self.buffered = True
+        if self.buffered and not self.flagged and gap > self.policy.llm_stall_ms:
+            self.flagged = True
+            return (f"a {gap:.0f} ms gap in a stream whose tokens arrive in clumps: buffered on "
+                    "its way, not stalled")
+        return None
+
+
 class Draft:
     """One reply's LLM work for ``user_text`` (see the module docstring). Start :meth:`run` as a
     task; the speech side reads :meth:`items`."""
@@ -162,10 +191,14 @@ class Draft:
             req = request if attempt == 0 else replace(
                 request, prefix=request.prefix + step.text,
                 max_tokens=max(8, request.max_tokens - len(step.text) // 4))
+            pace = _Pace(self.policy, st.now())
             try:
                 stream = timed_llm(st, self.turn_id, self.llm, req)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
-                                         self.policy.llm_stall_ms, "llm"):
+                                         pace.stall_ms, "llm"):
+                    why = pace.arrived(st.now())
+                    if why:  # buffered on its way: waited out, not retried (nothing said twice)
+                        self._recovered("buffered", why)
                     if isinstance(delta, ToolCall):
                         calls.append(delta if delta.id else replace(delta, id=self.conv.new_call_id()))
                         continue
