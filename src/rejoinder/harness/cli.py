@@ -213,7 +213,7 @@ def register(app: typer.Typer) -> None:
                              suite=suite, only=[s for s in (scenarios or "").split(",") if s] or None, tags=tags,
                              levels=levels, repeat=repeat, hosting=hosting, network=network, note=note, store=store,
                              artifacts=artifacts, keep_audio=keep_audio, call_timeout=call_timeout, report=report,
-                             json_out=json_out)
+                             json_out=json_out, ui=sys.modules[__name__])
             return
         try:
             from ..config import load_config
