@@ -141,8 +141,10 @@ class LiveSession:
     # --- caller audio in ----------------------------------------------------------------------
     def push(self, pcm: np.ndarray, t_ms: float | None = None) -> None:
         """Caller audio (int16 mono, 16 kHz, any length) whose first sample was captured at
-        ``t_ms`` (call clock; None: it ends now). It reaches the session as 20 ms frames on a
-        continuous sample clock; a hole longer than ``GAP_MS`` is filled with silence.
+        ``t_ms`` (call clock; None: unknown, taken as following the previous chunk, and the
+        first chunk as ending now). It reaches the session as 20 ms frames on a continuous
+        sample clock; a hole longer than ``GAP_MS`` between stamped chunks is filled with
+        silence.
 
         Raises:
             ValueError: ``pcm`` is not one-dimensional int16.
@@ -152,20 +154,19 @@ class LiveSession:
             raise ValueError(f"caller audio must be mono int16 at {LINE_RATE} Hz, got "
                              f"{pcm.dtype} with shape {pcm.shape}; convert with "
                              "(x * 32767).astype(np.int16)")
-        if t_ms is None:
-            t_ms = self.clock.now_ms() - 1000.0 * len(pcm) / LINE_RATE
         if self._origin is None:
-            self._origin = t_ms
-        if self._fill == 0:
+            self._origin = (t_ms if t_ms is not None else
+                            self.clock.now_ms() - 1000.0 * len(pcm) / LINE_RATE)
+        if t_ms is not None and self._fill == 0:  # unstamped audio is taken as continuous
             gap = t_ms - self.caller_ms()
             if gap > GAP_MS:
                 self._push(np.zeros(int(gap * LINE_RATE / 1000) // FRAME * FRAME, dtype=np.int16))
         self._push(pcm)
 
     async def push_all(self, chunks: AsyncIterable[np.ndarray]) -> None:
-        """:meth:`push` every chunk of ``chunks`` as it comes (stamped on arrival)."""
+        """:meth:`push` every chunk of ``chunks`` as it comes (stamped on arrival: it ends now)."""
         async for pcm in chunks:
-            self.push(pcm)
+            self.push(pcm, self.clock.now_ms() - 1000.0 * len(pcm) / LINE_RATE)
 
     def caller_ms(self) -> float:
         """Call-clock time of the next caller sample."""
@@ -196,6 +197,18 @@ class LiveSession:
                 return
             yield frame
 
+    def tick(self, t_ms: float) -> tuple[np.ndarray, int | None]:
+        """One playout step, for a transport that paces the call itself (the harness's
+        simulated caller, the server): the 20 ms frame the caller hears from ``t_ms`` (int16;
+        a buffer reused at the next tick) and the turn whose reply it carries (None: silence).
+        Sessions paced by :meth:`audio` never call this."""
+        r = self.session.playout.reply
+        before = r.played if r is not None else 0
+        frame = self.session.tick_playout(t_ms)
+        if self.on_agent_frame is not None:
+            self.on_agent_frame(frame, t_ms)
+        return frame, (r.turn_id if r is not None and r.played > before else None)
+
     async def _pace(self) -> None:
         playout = self.session.playout
         t = self.clock.now_ms()
@@ -207,13 +220,9 @@ class LiveSession:
                     return
                 if self.clock.now_ms() - t > RESYNC_MS:
                     t = self.clock.now_ms()
-                r = playout.reply
-                before = r.played if r is not None else 0
-                frame = self.session.tick_playout(t)
-                if self.on_agent_frame is not None:
-                    self.on_agent_frame(frame, t)
-                if r is not None and r.played > before:
-                    self._frames.put_nowait(AgentFrame(r.turn_id, frame.copy(), t))
+                frame, turn_id = self.tick(t)
+                if turn_id is not None:
+                    self._frames.put_nowait(AgentFrame(turn_id, frame.copy(), t))
                 t += FRAME_MS
         finally:
             self._frames.put_nowait(None)
