@@ -64,6 +64,8 @@ class LiveSession:
         downstream_lag_ms: audio your transport still holds after a frame is handed over (its
             jitter buffer plus output latency): not counted as heard when a reply is cut.
         greet: say the agent's greeting when the session opens.
+        caller_side: this playout *is* the caller's ear (a simulated caller in the same process),
+            so its playback stamps are observed, not estimated.
         session_kw: ``recovery``, ``filler``, ``preemptive``, ``max_seconds`` for the session.
 
     Raises:
@@ -73,13 +75,14 @@ class LiveSession:
     def __init__(self, stack: Stack, agent: Agent, *, call_id: str | None = None,
                  ctx: CallContext | None = None, policy: TurnPolicy | None = None,
                  clock: Clock | None = None, bus: EventBus | None = None,
-                 downstream_lag_ms: float = 0.0, greet: bool = True, **session_kw: Any) -> None:
+                 downstream_lag_ms: float = 0.0, greet: bool = True, caller_side: bool = False,
+                 **session_kw: Any) -> None:
         self.call_id = call_id or (ctx.call_id if ctx else uuid.uuid4().hex[:12])
         self.clock = clock or RealClock()
         self.bus = bus or EventBus()
         self.st = Stamper(self.call_id, self.clock, self.bus)
         self.session = Session(self.st, stack, agent, ctx or CallContext(self.call_id),
-                               policy=policy, caller_side_playout=False,
+                               policy=policy, caller_side_playout=caller_side,
                                downstream_lag_ms=downstream_lag_ms, **session_kw)
         self._greet = greet
         self._buf = np.zeros(FRAME, dtype=np.int16)
