@@ -15,7 +15,7 @@ from rejoinder.agent import Agent
 from rejoinder.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
-from rejoinder.events import Boundary, EventBus, Recovery, TurnDecision
+from rejoinder.events import AgentSpeech, Boundary, EventBus, Recovery, TurnDecision
 from rejoinder.ports import PortError, ToolCall, Transcript, TTSAudio
 from rejoinder.session import Session
 from rejoinder.stages import Stamper
@@ -45,6 +45,10 @@ async def test_a_reopened_turn_never_redoes_irreversible_work_nor_loses_its_resu
     res = await run_call([turn(pcm)], stack, scripted_agent(log), clock=clock, tail_ms=2500, bus=bus)
     assert [r.turn_id for r in res.turns] == [1]
     assert any(isinstance(e, TurnDecision) and e.reason == "reopen" for e in events)
+    # kind 10: the reply dropped before it was heard is no reply of the turn: one AgentSpeech
+    speech = [e for e in events if isinstance(e, AgentSpeech)]
+    assert [(e.turn_id, e.interrupted) for e in speech] == [(1, False)]
+    assert res.unheard_context_words == 0
     assert log.executed == [""]  # the irreversible tool ran once, not once per draft
     roles = [(m.role, m.content if m.role != "tool" else "result") for m in res.context]
     # the caller's words once, the call and its result once, then what was heard

@@ -542,11 +542,15 @@ class Session:
         heard, estimated = reply.heard(played) if reply else ("", False)
         by_step = reply.heard_by_step(played) if reply else None
         estimated = estimated or (interrupted and self._lag_samples > 0)
+        if interrupted and turn.reopened and not heard:
+            # dropped before a word was heard (the caller went on): no reply of the turn, so no
+            # AgentSpeech; the turn's next reply accounts for this one's work (done_runs)
+            if turn.draft is draft:
+                turn.draft = None
+            return
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
                                  self.st.now(), self.st.call_id, audio.turn_id))
-        if interrupted and turn.reopened and not heard:
-            pass  # the turn goes on: its next reply accounts for this one's work (done_runs)
-        elif draft is not None and not draft.done_tools():
+        if draft is not None and not draft.done_tools():
             # a tool outlives the cut reply: its call and result enter the context once it ends
             async def account() -> None:
                 await draft.settled_runs()
