@@ -74,7 +74,7 @@ class RecoveryPolicy(BaseModel):
     stt_check_ms: float = Field(1000.0, gt=0, description="watchdog on the transcript of short "
                                 "caller speech over a reply (the reply is held meanwhile); "
                                 "on timeout the sound counts as noise and the reply resumes")
-    stt_interim_stall_ms: float = Field(600.0, gt=0, description="an interim transcript with "
+    stt_interim_stall_ms: float = Field(1000.0, gt=0, description="an interim transcript with "
                                         "nothing after it for this long is taken as final")
     llm_clump_tokens: int = Field(3, ge=2, description="tokens arriving at one instant after a "
                                   "gap: the stream is buffered on its way (a proxy), not stalled")
