@@ -336,3 +336,32 @@ async def test_a_clumped_stream_is_flagged_as_buffered_not_retried():
     assert ("llm", "buffered") in recs
     assert len(stack.llm.requests) == 1
     assert heard(res) == ["".join(tokens)]
+
+
+# --- a background tool finishes after its reply: the agent follows up on its own ----------------
+async def test_a_background_tool_result_is_followed_up_by_the_agent_on_its_own():
+    clock = VirtualClock()
+
+    @tool(background=True, timeout_s=None)
+    async def check_refund(order_id: str) -> dict:
+        """Check a refund with the bank (slow)."""
+        await clock.sleep_until(clock.now_ms() + 4000)
+        return {"refund": "approved", "order_id": order_id}
+
+    agent = Agent("test", tools=[check_refund])
+    stack = make_stack(clock, ["Is my refund through?"],
+                       calls=[ToolCall("", "check_refund", {"order_id": "4217"})],
+                       tokens=["I", " am", " on", " it."])
+    bus, events = recording_bus()
+    res = await run_call([turn(tone(600))], stack, agent, clock=clock, tail_ms=9000, bus=bus)
+    follow = [e for e in events if isinstance(e, TurnDecision) and e.reason == "follow_up"]
+    assert len(follow) == 1
+    assert [(r.turn_id, r.initiated) for r in res.turns] == [(1, None), (2, "follow_up")]
+    # the reply did not wait for the tool: it was said before the tool ended
+    first, second = res.turns
+    assert first.stamps["playback_end"] < follow[0].t_ms
+    # the agent's own follow-up was asked with the real result, and was heard
+    req = stack.llm.requests[-1]
+    assert req.messages[-1].role == "tool" and '"approved"' in req.messages[-1].content
+    assert heard(res) == ["I am on it.", "I am on it."]
+    assert "playback_start" in second.stamps

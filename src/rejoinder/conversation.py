@@ -173,6 +173,13 @@ class Conversation:
         self._append(msgs)
         self.heard_log.append((turn_id, " ".join(x for x in said if x)))
 
+    def add_late_result(self, run: ToolRun) -> None:
+        """A background tool's result, once it came: added as the agent's check on that call
+        (a call of the same tool and arguments, with a fresh id, and its result)."""
+        call = ToolCall(self.new_call_id(), run.call.name, dict(run.call.arguments))
+        late = ToolRun(call, run.result, run.error)
+        self._append([ChatMessage("assistant", "", tool_calls=(call,)), late.message()])
+
     def _append(self, msgs: list[ChatMessage]) -> None:
         """Append, merging consecutive user messages (two caller turns with no reply between)."""
         for m in msgs:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Callable
 
 from .conversation import Conversation, Step, ToolRun
 from .events import LlmToken, Recovery
@@ -33,6 +34,8 @@ from .reply import RecoveryPolicy, Say
 from .stages import timed_llm, watch
 
 RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
+BACKGROUND_STARTED = {"status": "started", "result": "not yet: it comes in a later message; tell the "
+                      "caller you are on it"}
 
 
 class _Pace:
@@ -76,6 +79,8 @@ class Draft:
         and arguments is answered from them instead of running again."""
         self.conv = conv
         self.prior = list(prior or ())
+        # called with the task of each background tool run started (its result comes later)
+        self.on_background: Callable[[asyncio.Task], None] | None = None
         self.turn_id = turn_id
         self.user_text = user_text
         self.llm = llm
@@ -142,7 +147,8 @@ class Draft:
             self._wake.set()
 
     async def _loop(self) -> None:
-        pending: list[ChatMessage] = [ChatMessage("user", self.user_text)]
+        # a follow-up of the agent's own (no caller words) continues from the context as it is
+        pending: list[ChatMessage] = [ChatMessage("user", self.user_text)] if self.user_text else []
         if self.prior:  # work of a dropped draft of this turn: done, and told to the LLM once
             self.steps.append(Step(runs=list(self.prior)))
             pending.append(ChatMessage("assistant", "", tool_calls=tuple(r.call for r in self.prior)))
@@ -169,6 +175,14 @@ class Draft:
                         step.runs.append(run)
                         pending.append(run.message())
                         continue
+                if tool is not None and tool.background and not self.tentative:
+                    run = ToolRun(call, BACKGROUND_STARTED)  # the reply does not wait for it
+                    step.runs.append(run)
+                    pending.append(run.message())
+                    task = asyncio.ensure_future(self.conv.run_tool(self.turn_id, call))
+                    if self.on_background is not None:
+                        self.on_background(task)
+                    continue
                 task = asyncio.ensure_future(
                     self.conv.run_tool(self.turn_id, call, tentative=self.tentative))
                 self._tool_tasks.append(task)

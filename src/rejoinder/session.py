@@ -133,6 +133,7 @@ class Session:
         self._last_frame_at = 0.0                  # when (call clock) a frame last arrived
         self._ticker: asyncio.Task | None = None
         self.late_frames = 0  # frames that arrived after their span was filled in as silence
+        self._follow_up_due = False  # a background tool's result came: the agent speaks next
         self.errors: list[BaseException] = []
         self.closed = False
         self._hangup_after: tuple[int, str] | None = None  # (goodbye turn, why)
@@ -197,6 +198,7 @@ class Session:
                 while self._next_frame_ms + 20.0 <= now - GAP_HOLDBACK_MS:
                     self._feed(frame, self._next_frame_ms)
             self._perform(self.taker.tick(now))
+            self._try_follow_up()
 
     def tick_playout(self, t_ms: float) -> np.ndarray:
         """The 20 ms of agent audio the caller hears from ``t_ms`` (int16, 16 kHz)."""
@@ -360,9 +362,39 @@ class Session:
                 await asyncio.gather(*settling, return_exceptions=True)
                 draft.prior = list(turn.done_runs)
             await draft.run()
+        draft.on_background = self._background
         draft.task = self._spawn(run(), turn_id, "llm")
         turn.draft = draft
+        self._follow_up_due = False  # this reply's context has every result in so far
         return draft
+
+    # --- background tools: the agent follows up on its own ----------------------------------
+    def _background(self, task: asyncio.Task) -> None:
+        """A background tool run started; when it ends its result goes into the context and the
+        agent takes the floor to tell the caller (as soon as the line is free)."""
+        async def wait() -> None:
+            run = await task
+            self.conv.add_late_result(run)
+            self._follow_up_due = True
+            self._try_follow_up()
+        self._spawn(wait(), 0, "tools")
+
+    def _try_follow_up(self) -> None:
+        if not self._follow_up_due or self.closed:
+            return
+        turn_id = self.taker.agent_follows_up(self.st.now())
+        if turn_id is None:
+            return  # the caller or the agent has the floor: tried again when it is free
+        self._follow_up_due = False
+        self.st.emit(TurnDecision(False, 0.0, "follow_up", self.st.now(), self.st.call_id, turn_id,
+                                  {"why": "a background tool's result came in"}))
+        run = self._run(turn_id)
+        draft = Draft(self.conv, turn_id, "", self.stack.llm, self.recovery)
+        draft.on_background = self._background
+        draft.task = self._spawn(draft.run(), turn_id, "llm")
+        run.draft = draft
+        run.reply_task = self._spawn(self._speak(turn_id, draft.items(), None, draft.steps, draft),
+                                     turn_id, "reply")
 
     def _discard_draft(self, turn_id: int) -> None:
         """Stop the turn's draft. A tentative draft's reversible tools are compensated; a
@@ -567,6 +599,7 @@ class Session:
             turn.reply_task = None
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
+            self._try_follow_up()
             if self._hangup_after is not None and self._hangup_after[0] == audio.turn_id:
                 self.hangup = self._hangup_after[1]
 

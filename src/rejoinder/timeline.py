@@ -63,7 +63,8 @@ class TurnRecord:
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (start_ms, duration_ms)
     status: str = "completed"  # completed | interrupted | failed | recovered | no_reply |
     # rejected_noise (the caller's sound was only noise: no reply) | idle_prompt (the agent spoke
-    # on its own after the caller's silence)
+    # on its own after the caller's silence) | follow_up (on its own, with a background tool's
+    # result)
     errors: list[str] = field(default_factory=list)
     transcript: str = ""
     heard_text: str = ""
@@ -203,8 +204,8 @@ class Timeline:
             rec = self.turn(event.turn_id)
             if event.reason == "rejected_noise":
                 rec.status, rec.rejected = "rejected_noise", dict(event.data)
-            elif event.reason == "idle_prompt":
-                rec.status = rec.initiated = "idle_prompt"
+            elif event.reason in ("idle_prompt", "follow_up"):  # the agent spoke on its own
+                rec.status = rec.initiated = event.reason
             elif event.reason == "reopen":  # the reply so far was dropped: its times are not
                 rec.drop_reply_stamps()      # the turn's (the next reply's are)
             else:  # a sound over the reply that it talked on after

@@ -115,12 +115,13 @@ class Tool:
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  description: str | None = None, reversible: bool = False,
                  timeout_s: float | None = 10.0,
-                 compensate: Callable[..., Any] | None = None) -> None:
+                 compensate: Callable[..., Any] | None = None, background: bool = False) -> None:
         if not callable(fn):
             raise ConfigError(f"tool {fn!r} is not callable")
         self.fn = fn
         self.name = name or fn.__name__
         self.reversible = bool(reversible)
+        self.background = bool(background)
         self.timeout_s = timeout_s
         if compensate is not None and not callable(compensate):
             raise ConfigError(f"tool {self.name!r}: compensate must be callable")
@@ -219,15 +220,18 @@ class Tool:
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
-         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None) -> Any:
+         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
+         background: bool = False) -> Any:
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
 
     ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
-    Returns a :class:`Tool`.
+    ``background``: a slow tool the reply does not wait for — the LLM is told it has started,
+    the reply goes on, and when it finishes its result enters the context and the agent follows
+    up on its own as soon as the line is free. Returns a :class:`Tool`.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
-                    timeout_s=timeout_s, compensate=compensate)
+                    timeout_s=timeout_s, compensate=compensate, background=background)
     return wrap(fn) if fn is not None else wrap
 
 
