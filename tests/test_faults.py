@@ -365,3 +365,34 @@ async def test_a_background_tool_result_is_followed_up_by_the_agent_on_its_own()
     assert req.messages[-1].role == "tool" and '"approved"' in req.messages[-1].content
     assert heard(res) == ["I am on it.", "I am on it."]
     assert "playback_start" in second.stamps
+
+
+async def test_an_earlier_pause_s_interim_is_never_promoted_for_a_later_pause():
+    from dataclasses import dataclass
+
+    @dataclass
+    class StreamingSTT:  # interims, then the final 400 ms later (a remote streaming STT)
+        clock: VirtualClock
+        sample_rate: int = 16000
+        calls: int = 0
+
+        async def stream(self, audio):
+            async for _ in audio:
+                pass
+            self.calls += 1
+            first = self.calls == 1
+            if not first:  # this time the first interim takes a while
+                await self.clock.sleep_until(self.clock.now_ms() + 300)
+            yield Transcript("I want to" if first else "I want to check order 4217", False)
+            await self.clock.sleep_until(self.clock.now_ms() + 400)
+            yield Transcript("I want to" if first else "I want to check order 4217.", True)
+
+    clock = VirtualClock()
+    stack = make_stack(clock, ["unused"])
+    stack.stt = StreamingSTT(clock)
+    bus, events = recording_bus()
+    # a pause long enough for the first interim to age past the interim watchdog, then more
+    pcm = np.concatenate([tone(500), silence(300), tone(1500)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2500, bus=bus)
+    assert res.turns[0].transcript == "I want to check order 4217."
+    assert not [e for e in events if isinstance(e, Recovery) and e.action == "promoted"]

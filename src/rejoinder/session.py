@@ -235,6 +235,7 @@ class Session:
                 run = self._run(a.turn_id)
                 if run.spec:
                     run.spec[1].cancel()
+                run.interim = run.interim_at = None  # an earlier pause's interim is stale
                 stt = self._spawn(self._transcribe(a.turn_id, a.end_ms), a.turn_id, "stt")
                 run.spec = (a.end_ms, stt)
                 self._spawn(self._endpoint(a.turn_id, a.end_ms), a.turn_id, "turn")
@@ -298,7 +299,7 @@ class Session:
         tr = Transcript("", True)
         async for tr in timed_stt(self.st, turn_id, self.stack.stt,
                                   self._turn_audio(onset - PREROLL_MS, end_ms + TAIL_MS)):
-            if not tr.final:
+            if not tr.final and run.spec is not None and run.spec[0] == end_ms:
                 run.interim, run.interim_at = tr.text.strip(), self.st.now()
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
