@@ -12,6 +12,10 @@ starts *preemptively* (``preemptive``): nothing is spoken and no irreversible to
 the commit; if the caller goes on or the final transcript differs, the draft is discarded and its
 reversible tool runs are compensated. The agent (instructions, tools) is the user's
 :class:`~rejoinder.agent.Agent`; the session imports no application code.
+
+Each live caller turn has one owner, a :class:`~rejoinder.turnrun.TurnRun` (its transcription,
+draft, reply and the text judged for it; the invariants are written there). Transports use the
+public :class:`rejoinder.LiveSession`, which feeds this class and paces its playout.
 """
 
 from __future__ import annotations
@@ -88,7 +92,9 @@ class Stack:
 
 
 class Session:
-    """One call. Create it, start :meth:`run` as a task, feed frames with :meth:`on_frame`."""
+    """One call. Feed frames with :meth:`on_frame` and take the agent's audio with
+    :meth:`tick_playout` every 20 ms (or use :class:`rejoinder.LiveSession`, which does both);
+    :meth:`close` at the end."""
 
     def __init__(self, st: Stamper, stack: Stack, agent: Agent, ctx: CallContext | None = None, *,
                  policy: TurnPolicy | None = None, max_seconds: float = 900.0,
