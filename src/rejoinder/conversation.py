@@ -29,7 +29,10 @@ from .stages import Stamper
 from .tools import CallContext, ToolError, result_json
 
 
-CUT_MARK = " [cut off by the caller]"  # ends the text of a reply the caller interrupted
+# ends the text of a reply the caller interrupted: the written sign of a cut-off utterance. Not a
+# bracketed note: a small LLM copies such notes into its next replies (measured: SmolLM2-135M
+# said "cut off by the caller" in a fault sweep); a dash it may copy is only a pause when spoken
+CUT_MARK = "—"
 
 
 @dataclass
