@@ -396,3 +396,29 @@ async def test_an_earlier_pause_s_interim_is_never_promoted_for_a_later_pause():
     res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2500, bus=bus)
     assert res.turns[0].transcript == "I want to check order 4217."
     assert not [e for e in events if isinstance(e, Recovery) and e.action == "promoted"]
+
+
+async def test_audio_arriving_after_a_silent_gap_is_heard_late_not_dropped():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Hello.", "And another thing."])
+    bus, events = recording_bus()
+    session = Session(Stamper("c", clock, bus), stack, scripted_agent())
+    speech = np.concatenate([tone(600), silence(400)])
+    t = 0.0
+    try:
+        for k in range(0, len(speech), 320):
+            await clock.pace(t)
+            session.on_frame(speech[k:k + 320], t)
+            t += 20.0
+        await clock.advance(3000.0)  # the transport stalls; the session fills in silence
+        for k in range(0, len(speech), 320):  # then delivers more, stamped on its own sample clock
+            await clock.pace(clock.now_ms() + 20.0)
+            session.on_frame(speech[k:k + 320], t)
+            t += 20.0
+        await clock.advance(3000.0)
+    finally:
+        await session.close()
+    assert session.late_frames > 0
+    ends = [e.t_ms for e in events if isinstance(e, Boundary) and e.name == "user_speech_end"]
+    # the late speech reached the VAD (after the filled-in silence): a second pause was heard
+    assert len(ends) == 2 and ends[0] == pytest.approx(600, abs=40) and ends[1] > 3000

@@ -138,7 +138,7 @@ class Session:
         self._next_frame_ms: float | None = None  # call-clock start of the next caller frame
         self._last_frame_at = 0.0                  # when (call clock) a frame last arrived
         self._ticker: asyncio.Task | None = None
-        self.late_frames = 0  # frames that arrived after their span was filled in as silence
+        self.late_frames = 0  # frames that came after their span was filled in as silence
         self._follow_up_due = False  # a background tool's result came: the agent speaks next
         self.errors: list[BaseException] = []
         self.closed = False
@@ -152,14 +152,15 @@ class Session:
 
         The session's clock does not depend on frames arriving: timers (end of turn, idle) run
         on the call clock, and when no frame comes for ``AUDIO_GAP_MS`` the line is treated as
-        silent (a frame that then arrives for a span already filled in is dropped and counted
-        in :attr:`late_frames`)."""
+        silent (a frame that then arrives for a span already filled in is counted in
+        :attr:`late_frames` and taken as following the filled-in silence: late speech is heard
+        late, never lost)."""
         if self._ticker is None:
             self._ticker = self._spawn(self._watch_line(), 0, "session")
         self._last_frame_at = self.st.now()
         if self._next_frame_ms is not None and t_ms < self._next_frame_ms - 1.0:
             self.late_frames += 1
-            return
+            t_ms = self._next_frame_ms
         self._feed(pcm, t_ms)
 
     def _feed(self, pcm: np.ndarray, t_ms: float) -> None:
