@@ -71,7 +71,7 @@ class RecoveryPolicy(BaseModel):
     tts_retries: int = 1
     llm_retries: int = 1
     recovery_line: bool = True
-    stt_check_ms: float = Field(1000.0, gt=0, description="watchdog on the transcript of short "
+    stt_check_ms: float = Field(2000.0, gt=0, description="watchdog on the transcript of short "
                                 "caller speech over a reply (the reply is held meanwhile); "
                                 "on timeout the sound counts as noise and the reply resumes")
     stt_interim_stall_ms: float = Field(1000.0, gt=0, description="an interim transcript with "
