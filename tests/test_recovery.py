@@ -176,8 +176,11 @@ async def test_turn_with_only_interim_results_is_promoted_after_timeout():
     assert [(r.stage, r.action) for r in recs][:1] == [("stt", "promoted")]
     assert stack.llm.requests[0].messages[-1].content == "where is my order"
     rec = res.turns[0]
-    # committed on the silence timeout, then promoted promote_interim_ms later
-    assert rec.stamps["transcript_final"] - rec.stamps["eot_decided"] >= 2500 - 1
+    # the interim came at once, then nothing: promoted stt_interim_stall_ms (1000) after it,
+    # not promote_interim_ms (2500) after the commit (issue 17, failure kind 4)
+    interim_at = rec.stamps["stt_request"]
+    assert rec.stamps["transcript_final"] - interim_at == pytest.approx(1000, abs=25)
+    assert rec.stamps["transcript_final"] - rec.stamps["eot_decided"] < 1500
 
 
 def _agent_with(fn) -> Agent:

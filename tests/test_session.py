@@ -11,6 +11,7 @@ import pytest
 from rejoinder.caller import RenderedTurn, voiced_span
 from rejoinder.callrun import run_call
 from rejoinder.clock import VirtualClock
+from rejoinder.conversation import CUT_MARK
 from rejoinder.events import EventBus, SpeakableText
 from rejoinder.scenario import CallerTurn, Segment
 from rejoinder.session import Stack, number_incomplete
@@ -133,16 +134,17 @@ async def test_barge_in_cuts_audio_fast_and_keeps_only_heard_words():
     assert 0 <= cut - onset_truth <= 150  # over-talk: caller starts → agent audio stops
     assert len(res.overtalk_ms) == 1 and 0 < res.overtalk_ms[0] <= 150  # measured at the caller
     assert res.overlapping_audio == 0 and res.unheard_context_words == 0
-    # a partly heard chunk is kept in its spoken form, cut at the last whole word heard
+    # a partly heard chunk is kept as written, cut at the last written word wholly heard
     kept = heard(res)[0].split()
-    full = normalize_for_speech("".join(many)).split()
+    full = "".join(many).split()
     assert 0 < len(kept) < len(full)
     assert kept == full[:len(kept)]
     played_ms = first.stamps["interrupted_at"] - first.stamps["playback_start"]
-    assert len(kept) <= played_ms / 200 + 1  # ToneTTS: 200 ms per word
-    # the LLM's next request holds the heard words only, then the caller's barge-in
+    spoken = normalize_for_speech(" ".join(kept)).split()
+    assert len(spoken) <= played_ms / 200 + 1  # ToneTTS: 200 ms per spoken word
+    # the LLM's next request holds the heard words only, marked as cut, then the barge-in
     last = stack.llm.requests[-1].messages
-    assert (last[-2].role, last[-2].content) == ("assistant", " ".join(kept))
+    assert (last[-2].role, last[-2].content) == ("assistant", " ".join(kept) + CUT_MARK)
     assert (last[-1].role, last[-1].content) == ("user", "Stop.")
     assert second.v2v_ms() is not None
 

@@ -14,6 +14,7 @@ from .events import BOUNDARIES, Boundary, Event, EventBus
 from .ports import LLMPort, LLMRequest, PortError, STTPort, TTSPort, TurnPort, VADPort
 from .reply import FillerPolicy, RecoveryPolicy
 from .session import Session, Stack
+from .livesession import AgentFrame, LiveSession
 from .timeline import SEGMENTS, Timeline, TurnRecord
 from .dictation import NumberPolicy
 from .sounds import SoundPolicy
@@ -22,7 +23,8 @@ from .turns import IdlePolicy, TurnPolicy, TurnTaker
 __version__ = "0.1.0"
 
 __all__ = [
-    "Agent", "AgentConfig", "AgentStep", "GoTo", "HandOff", "HangUp", "Transfer", "AudioInputError", "BOUNDARIES", "Boundary", "CallContext", "ConfigError",
+    "Agent", "AgentConfig", "AgentFrame", "AgentStep", "GoTo", "HandOff", "HangUp", "Transfer",
+    "AudioInputError", "BOUNDARIES", "Boundary", "CallContext", "ConfigError", "LiveSession",
     "Event", "EventBus", "FillerPolicy", "IdlePolicy", "LLMPort", "LLMRequest", "LLMSettings",
     "MissingExtra", "NumberPolicy", "PortError", "RealClock", "RecoveryPolicy", "RejoinderError",
     "Runtime", "SEGMENTS", "STTPort", "Session", "SoundPolicy", "Stack", "TTSPort", "Timeline", "Tool",

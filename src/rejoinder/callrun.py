@@ -9,8 +9,6 @@ Outputs (written as the call goes, so a failure mid-call keeps everything so far
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +23,8 @@ from .events import AgentSpeech, Boundary, EventBus, Recovery
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
-from .session import Session, Stack
+from .livesession import LiveSession
+from .session import Stack
 from .tools import CallContext
 from .stages import Stamper
 from .timeline import CallTranscript, Timeline, TurnRecord
@@ -115,7 +114,6 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     clock = clock or RealClock()
     call_id = call_id or (ctx.call_id if ctx else uuid.uuid4().hex[:12])
     bus = bus or EventBus()
-    st = Stamper(call_id, clock, bus)
     tl = Timeline(out_dir / "timeline.jsonl" if out_dir else None)
     bus.subscribe(tl)
     observed = telemetry.observe_call(bus, call_id, clock, transport="harness")  # None when off
@@ -135,8 +133,11 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
 
     bus.subscribe(on_event)
-    session = Session(st, stack, agent, ctx, policy=policy, recovery=recovery, filler=filler,
-                      preemptive=preemptive)
+    # the public live-session API, paced here in lockstep with the simulated caller
+    live = LiveSession(stack, agent, call_id=call_id, ctx=ctx, policy=policy, clock=clock, bus=bus,
+                       greet=False, caller_side=True, recovery=recovery, filler=filler,
+                       preemptive=preemptive)
+    session, st = live.session, live.st
     greets = greeting and agent.greeting is not None
     caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=greets)
     rec = WavWriter(out_dir / "call.wav", RATE, channels=2) if out_dir else None  # L caller, R agent
@@ -149,8 +150,8 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         while not caller.done and t < max_ms and session.hangup is None:
             await clock.pace(t)
             frame = caller.next_frame(t)
-            session.on_frame(frame, t)
-            heard = session.tick_playout(t)
+            live.push(frame, t)
+            heard, _ = live.tick(t)
             caller.hear(heard, t)
             over.observe(frame, heard, t)
             if rec:

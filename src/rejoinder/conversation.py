@@ -36,6 +36,12 @@ from .stages import Stamper
 from .tools import CallContext, ToolError, result_json
 
 
+# ends the text of a reply the caller interrupted: the written sign of a cut-off utterance. Not a
+# bracketed note: a small LLM copies such notes into its next replies (measured: SmolLM2-135M
+# said "cut off by the caller" in a fault sweep); a dash it may copy is only a pause when spoken
+CUT_MARK = "—"
+
+
 @dataclass
 class ToolRun:
     """One tool call of a reply: its result (JSON-able) or error, and whether it ran tentatively."""
@@ -46,6 +52,7 @@ class ToolRun:
     tentative: bool = False
     compensated: bool = False
     control: Any = None  # a GoTo / HandOff / HangUp / Transfer the tool returned
+    repeated: bool = False  # answered from an earlier run of the same turn, not run again
 
     def message(self) -> ChatMessage:
         """The ``tool`` message given back to the LLM."""
@@ -159,7 +166,7 @@ class Conversation:
             if allowed is not None and call.name not in allowed:  # a backend that ignored it
                 raise ToolError(f"{call.name} cannot be used now; the tools for this part of the "
                                 f"call are {', '.join(allowed) or 'none'}")
-            run.result = await tool.run(self.ctx, call.arguments)
+            run.result = await tool.run(self.ctx, call.arguments, clock=self.st.clock)
             if isinstance(run.result, CONTROLS):
                 run.control, run.result = self._control(agent, run.result), run.result.result
         except ToolError as exc:
@@ -208,18 +215,33 @@ class Conversation:
                                    self.st.call_id, turn_id, result={"compensated": True}))
 
     # --- history ------------------------------------------------------------------------------
-    def add_heard(self, turn_id: int, user_text: str | None, steps: list[Step], heard: str) -> None:
+    def add_heard(self, turn_id: int, user_text: str | None, steps: list[Step], heard: str, *,
+                  by_step: list[tuple[int | None, str]] | None = None, cut: bool = False) -> None:
         """Add one reply to the history: the caller's ``user_text`` (None for a greeting), each
-        step's tool calls and results, and the assistant's text cut to the ``heard`` words
-        (distributed over the steps in order)."""
+        step's tool calls and results, and the assistant's text cut to the ``heard`` words.
+        ``by_step`` (from :meth:`rejoinder.reply.Reply.heard_by_step`) says which step wrote
+        each heard word; without it they are distributed over the steps in order. ``cut``: the
+        caller cut the reply off; its last heard text is marked with :data:`CUT_MARK` so the
+        LLM knows it stopped there (the marker is not counted as heard in :attr:`heard_log`)."""
         msgs: list[ChatMessage] = []
         if user_text:
             msgs.append(ChatMessage("user", user_text))
+        per_step: dict[int, list[str]] = {}
         left = heard.split()
+        if by_step is not None:
+            left = []
+            for k, text in by_step:
+                if k is None or not 0 <= k < len(steps):
+                    left.extend(text.split())
+                else:
+                    per_step.setdefault(k, []).extend(text.split())
         said: list[str] = []
-        for step in steps:
-            n = min(len(step.text.split()), len(left))
-            text, left = " ".join(left[:n]), left[n:]
+        for i, step in enumerate(steps):
+            if by_step is not None:
+                text = " ".join(per_step.get(i, ()))
+            else:
+                n = min(len(step.text.split()), len(left))
+                text, left = " ".join(left[:n]), left[n:]
             calls = tuple(r.call for r in step.runs)
             if text or calls:
                 msgs.append(ChatMessage("assistant", text, tool_calls=calls))
@@ -228,8 +250,21 @@ class Conversation:
         if left:  # heard words not attributed to a step (e.g. a recovery line): keep them
             msgs.append(ChatMessage("assistant", " ".join(left)))
             said.append(" ".join(left))
+        if cut:
+            for i in range(len(msgs) - 1, -1, -1):
+                m = msgs[i]
+                if m.role == "assistant" and m.content:
+                    msgs[i] = ChatMessage("assistant", m.content + CUT_MARK, tool_calls=m.tool_calls)
+                    break
         self._append(msgs)
         self.heard_log.append((turn_id, " ".join(x for x in said if x)))
+
+    def add_late_result(self, run: ToolRun) -> None:
+        """A background tool's result, once it came: added as the agent's check on that call
+        (a call of the same tool and arguments, with a fresh id, and its result)."""
+        call = ToolCall(self.new_call_id(), run.call.name, dict(run.call.arguments))
+        late = ToolRun(call, run.result, run.error)
+        self._append([ChatMessage("assistant", "", tool_calls=(call,)), late.message()])
 
     def _append(self, msgs: list[ChatMessage]) -> None:
         """Append, merging consecutive user messages (two caller turns with no reply between)."""

@@ -44,7 +44,7 @@ Errors: :class:`~rejoinder.errors.ConfigError` for a step that names an unknown 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union
 
 from .errors import ConfigError
 
@@ -211,7 +211,8 @@ class Position:
         return self.step.name if self.step is not None else None
 
 
-def move(pos: Position, control: Control | None, tool_name: str, ok: bool) -> tuple[Position, str] | None:
+def move(pos: Position, control: Control | None, tool_name: str, ok: bool,
+         load: Callable[[Any], "Agent"] | None = None) -> tuple[Position, str] | None:
     """Where the conversation goes after a run of ``tool_name`` that returned ``control`` (or a
     plain result; ``ok`` False: it failed): ``(new position, reason)``, or None to stay.
 
@@ -221,9 +222,13 @@ def move(pos: Position, control: Control | None, tool_name: str, ok: bool) -> tu
     if isinstance(control, GoTo):
         return Position(pos.agent, pos.agent.step(control.step)), "goto"
     if isinstance(control, HandOff):
-        from .agent import Agent, load_agent
-
-        agent = control.agent if isinstance(control.agent, Agent) else load_agent(control.agent)
+        # ``load``: the caller's agent loader (rejoinder.agent.load_agent) for a YAML path or
+        # ``module:attribute``; an Agent object is used as it is
+        agent = control.agent
+        if not hasattr(agent, "tools"):
+            if load is None:
+                raise ConfigError(f"cannot hand over to {agent!r}: no agent loader given")
+            agent = load(agent)
         return Position.start(agent, control.step), "handoff"
     if ok and pos.step is not None:
         target = pos.step.next_after(tool_name)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterable
+from typing import AsyncIterable
 
 import numpy as np
 import soxr
@@ -40,10 +40,22 @@ from .events import ErrorEvent, Recovery, SpeakableText
 from .line import Playout
 from .ports import TTSPort
 from .stages import Stamper, WatchdogTimeout, timed_tts, watch
-from .text import SpeakableChunker, SpeechNormalizer
+from .text import SpeakableChunker, SpeechNormalizer, normalize_for_speech
 
-if TYPE_CHECKING:
-    from .respond import Say
+
+
+@dataclass(frozen=True, slots=True)
+class Say:
+    """Text for the speech side. ``source`` tells who wrote it: ``"llm"``, or words the runtime
+    says on its own (``"greeting"``, ``"filler"``, ``"recovery"``, ``"idle"``). ``flush`` ends the
+    current chunk (a tool round is coming: speak what is pending now). ``step``: the index of the
+    LLM step that wrote it (:class:`rejoinder.conversation.Step`), so that what the caller heard
+    goes back to the step that wrote it."""
+
+    text: str
+    source: str = "llm"
+    flush: bool = False
+    step: int = 0
 
 
 class RecoveryPolicy(BaseModel):
@@ -59,6 +71,13 @@ class RecoveryPolicy(BaseModel):
     tts_retries: int = 1
     llm_retries: int = 1
     recovery_line: bool = True
+    stt_check_ms: float = Field(2000.0, gt=0, description="watchdog on the transcript of short "
+                                "caller speech over a reply (the reply is held meanwhile); "
+                                "on timeout the sound counts as noise and the reply resumes")
+    stt_interim_stall_ms: float = Field(1000.0, gt=0, description="an interim transcript with "
+                                        "nothing after it for this long is taken as final")
+    llm_clump_tokens: int = Field(3, ge=2, description="tokens arriving at one instant after a "
+                                  "gap: the stream is buffered on its way (a proxy), not stalled")
 
 
 class FillerPolicy(BaseModel):
@@ -82,8 +101,27 @@ class _Spoken:
     text: str | None = None         # the chunk as written, while this record covers all of it
     samples: int = 0
     timings: list[tuple[str, float, float]] = field(default_factory=list)  # ms within this piece
+    chunk: int = 0                  # index of the written chunk (Reply.chunks) it speaks
+    complete: bool = False          # all its audio was synthesized (its length is known)
 
 
+def _written_heard(written: list[str], n_spoken: int, heard: int) -> int:
+    """How many of the ``written`` words were wholly heard when ``heard`` of the chunk's
+    ``n_spoken`` spoken words were: each written word is read out alone to count its spoken
+    words ("4217" → four), scaled to the chunk's total, and a word counts once all its spoken
+    words were heard."""
+    sizes = [max(1, len(normalize_for_speech(w).split())) for w in written]
+    scale = sum(sizes) / max(1, n_spoken)
+    k, pos = 0, 0.0
+    for size in sizes:
+        pos += size
+        if pos > heard * scale + 1e-9:
+            break
+        k += 1
+    return k
+
+
+RECOVERY_SPOKEN = "Sorry, I'm having trouble speaking. Could you say that again?"
 LEAD_LEVEL = 328       # int16 peak ≈ -40 dBFS: the playout's "voiced" level
 LEAD_MARGIN_MS = 15.0  # kept before the first voiced sample so the onset is not clipped
 
@@ -103,8 +141,13 @@ class Reply:
 
     def __init__(self, st: Stamper, turn_id: int, playout: Playout, tts: TTSPort, *,
                  backup_tts: TTSPort | None = None, recovery: RecoveryPolicy | None = None,
-                 filler: FillerPolicy | None = None) -> None:
+                 filler: FillerPolicy | None = None,
+                 recovery_audio: np.ndarray | None = None) -> None:
+        """``recovery_audio``: int16 at the playout rate, rendered ahead of time (warm-up), said
+        when nothing of the reply could be synthesized and there is no backup TTS left."""
         self.st = st
+        self.recovery_audio = recovery_audio
+        self.chunks: list[tuple[list[str], int, int | None]] = []  # (written words, spoken words, step)
         self.turn_id = turn_id
         self.playout = playout
         self.tts = tts
@@ -133,27 +176,27 @@ class Reply:
                               self.turn_id))
 
     async def _produce(self, items: AsyncIterable["Say"],
-                       queue: asyncio.Queue[tuple[str, str] | None]) -> None:
-        """Chunk the text as it arrives; a change of source (or a flush) ends the chunk."""
-        chunker, source = SpeakableChunker(), "llm"
+                       queue: asyncio.Queue[tuple[str, str, int] | None]) -> None:
+        """Chunk the text as it arrives; a change of source or step (or a flush) ends the chunk."""
+        chunker, source, step = SpeakableChunker(), "llm", 0
         try:
             async for item in (self._with_filler(items) if self.filler.enabled else items):
-                if item.source != source or item.flush:
+                if item.source != source or item.flush or (item.step != step and item.text.strip()):
                     for chunk in chunker.flush():
-                        queue.put_nowait((chunk, source))
+                        queue.put_nowait((chunk, source, step))
                     source = item.source
+                if item.text.strip():
+                    step = item.step
                 for chunk in chunker.push(item.text) + (chunker.flush() if source != "llm" else []):
-                    queue.put_nowait((chunk, source))  # the runtime's own lines are complete
+                    queue.put_nowait((chunk, source, step))  # the runtime's own lines are complete
             for chunk in chunker.flush():
-                queue.put_nowait((chunk, source))
+                queue.put_nowait((chunk, source, step))
         finally:
             queue.put_nowait(None)
 
     async def _with_filler(self, items: AsyncIterable["Say"]):
         """``items``, with a filler phrase inserted when no text has come ``filler.after_ms``
         (call clock) after the reply started."""
-        from .respond import Say
-
         deadline = self.st.now() + self.filler.after_ms
         it = aiter(items)
         filled = False
@@ -180,10 +223,10 @@ class Reply:
             yield item
 
     # --- audio ------------------------------------------------------------------------------
-    async def _synthesize(self, queue: asyncio.Queue[tuple[str, str] | None]) -> None:
+    async def _synthesize(self, queue: asyncio.Queue[tuple[str, str, int] | None]) -> None:
         norm = SpeechNormalizer()  # each chunk is read with the reply's earlier text as context
         while (entry := await queue.get()) is not None:
-            text, source = entry
+            text, source, step = entry
             self.full_text += text
             spoken = norm.feed(text)
             if not spoken.strip():
@@ -195,11 +238,12 @@ class Reply:
             if source == "llm" and not self._answer_marked and self.playout.reply is not None:
                 self._answer_marked = True
                 self.playout.mark_answer(self.turn_id, self.playout.reply.queued)
-            ok = await self._speak_chunk(spoken.split(), text.strip())
+            self.chunks.append((text.split(), len(spoken.split()), step))
+            ok = await self._speak_chunk(spoken.split(), text.strip(), len(self.chunks) - 1)
             if not ok:
                 return  # stale: the reply was cut
 
-    async def _speak_chunk(self, words: list[str], written: str) -> bool:
+    async def _speak_chunk(self, words: list[str], written: str, chunk: int = 0) -> bool:
         engines = [self.tts] * (1 + self.policy.tts_retries)
         if self.backup_tts is not None:
             engines.append(self.backup_tts)
@@ -207,7 +251,7 @@ class Reply:
         while attempt < len(engines):
             tts = engines[attempt]
             rec = _Spoken(words, self.playout.reply.queued if self.playout.reply else 0,
-                          text=written if attempt == 0 else None)
+                          text=written if attempt == 0 else None, chunk=chunk)
             self.spoken.append(rec)
             try:
                 return await self._tts_once(tts, rec)
@@ -225,6 +269,7 @@ class Reply:
                     self._recovered("tts", "give_up", repr(exc), " ".join(words))
                     self.st.emit(ErrorEvent("tts", repr(exc), False, self.st.now(), self.st.call_id,
                                             self.turn_id))
+                    self._spoken_recovery(repr(exc))
                     return True
                 action = "backup" if engines[attempt] is self.backup_tts else "retry"
                 self._recovered("tts", action, repr(exc), " ".join(words))
@@ -257,10 +302,24 @@ class Reply:
             tail = resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
             if not self._send(rec, tail):
                 return False
+        rec.complete = True
         if rec.samples:
             chars = sum(len(w) + 1 for w in rec.words)
             self._samples_per_char = rec.samples / max(1, chars)
         return True
+
+    def _spoken_recovery(self, reason: str) -> None:
+        """Nothing of the reply could be synthesized: say the pre-rendered recovery line (if
+        there is one), so the caller is not left in silence. Marked on the timeline."""
+        r = self.playout.reply
+        if self.recovery_audio is None or r is None or r.turn_id != self.turn_id or r.queued:
+            return
+        words = RECOVERY_SPOKEN.split()
+        self.chunks.append((words, len(words), None))
+        rec = _Spoken(words, 0, text=RECOVERY_SPOKEN, chunk=len(self.chunks) - 1, complete=True)
+        self.spoken.append(rec)
+        self._recovered("tts", "spoken_recovery", reason, "")
+        self._send(rec, self.recovery_audio)
 
     def _send(self, rec: _Spoken, pcm: np.ndarray) -> bool:
         if len(pcm) == 0:
@@ -276,7 +335,11 @@ class Reply:
         if rec.timings and len(rec.timings) == len(rec.words):
             return [int(end * rate / 1000) for _, _, end in rec.timings]
         self.estimated = True
-        spc = self._samples_per_char or rate / 14.0  # ≈14 characters per second of speech
+        chars = sum(len(w) + 1 for w in rec.words)
+        if rec.complete and rec.samples:  # the played fraction of the chunk's own audio
+            spc = rec.samples / max(1, chars)
+        else:
+            spc = self._samples_per_char or rate / 14.0  # ≈14 characters per second of speech
         ends, pos = [], 0
         for w in rec.words:
             pos += len(w) + 1
@@ -297,21 +360,43 @@ class Reply:
         rec.timings = rec.timings[:kept]
         return kept
 
-    def heard(self, played: int) -> tuple[str, bool]:
-        """(words the caller heard, estimated?) given ``played`` samples of this reply."""
-        heard: list[str] = []
+    def _heard_counts(self, played: int) -> tuple[list[int], bool]:
+        """Spoken words heard per written chunk, given ``played`` samples; and estimated?"""
+        counts = [0] * len(self.chunks)
         estimated = self.estimated
         for rec in self.spoken:
-            if not rec.words or rec.samples == 0:
+            if not rec.words or rec.samples == 0 or rec.chunk >= len(counts):
                 continue
             if played >= rec.start + rec.samples:
-                heard.extend(rec.text.split() if rec.text else rec.words)
+                counts[rec.chunk] += len(rec.words)
                 continue
             into = played - rec.start
             if into <= 0:
                 break
             ends = self._word_ends(rec)
             estimated = estimated or not (rec.timings and len(rec.timings) == len(rec.words))
-            heard.extend(w for w, e in zip(rec.words, ends) if e <= into)
+            counts[rec.chunk] += sum(1 for e in ends if e <= into)
             break
-        return " ".join(heard), estimated
+        return counts, estimated
+
+    def heard_by_step(self, played: int) -> list[tuple[int | None, str]]:
+        """What the caller heard, as written, per chunk: ``(LLM step index, words)`` in order
+        (step None: words the runtime said on its own, e.g. the spoken TTS recovery). A chunk
+        heard in part keeps its written words in proportion to its spoken words heard, rounded
+        down (a number read out as four words is kept only once all four were heard)."""
+        counts, _ = self._heard_counts(played)
+        out: list[tuple[int | None, str]] = []
+        for (written, n_spoken, step), h in zip(self.chunks, counts):
+            if h <= 0:
+                continue
+            k = len(written) if h >= n_spoken else _written_heard(written, n_spoken, h)
+            if k:
+                out.append((step, " ".join(written[:k])))
+        return out
+
+    def heard(self, played: int) -> tuple[str, bool]:
+        """(words the caller heard, as written; estimated?) given ``played`` samples of this
+        reply. Word ends come from the TTS word timings, else from the played fraction of each
+        chunk's audio (flagged estimated)."""
+        _, estimated = self._heard_counts(played)
+        return " ".join(t for _, t in self.heard_by_step(played)), estimated

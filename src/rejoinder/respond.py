@@ -24,27 +24,49 @@ timeline, so the caller never waits in silence.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import Callable
 
 from .conversation import Conversation, Step, ToolRun
 from .events import LlmToken, Recovery
+from .agent import load_agent
 from .flow import HangUp, Transfer, move
 from .ports import ChatMessage, LLMPort, ToolCall, ToolDecision
-from .reply import RecoveryPolicy
+from .reply import RecoveryPolicy, Say
 from .stages import timed_llm, watch
 
 RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
+BACKGROUND_STARTED = {"status": "started", "result": "not yet: it comes in a later message; tell the "
+                      "caller you are on it"}
 
 
-@dataclass(frozen=True, slots=True)
-class Say:
-    """Text for the speech side. ``source`` tells who wrote it: ``"llm"``, or words the runtime
-    says on its own (``"greeting"``, ``"filler"``, ``"recovery"``, ``"idle"``). ``flush`` ends the
-    current chunk (a tool round is coming: speak what is pending now)."""
+class _Pace:
+    """Arrival pattern of one LLM stream. Several deltas arriving at one instant
+    (``llm_clump_tokens``) mean the stream is buffered between the server and us (a proxy, a
+    load balancer): the server sent them earlier, spread out. Such a stream's gaps are the
+    buffer's, not a stalled server's, so its stall watchdog is the first-token one; the first
+    gap longer than ``llm_stall_ms`` it then survives is flagged (``Recovery`` "buffered")."""
 
-    text: str
-    source: str = "llm"
-    flush: bool = False
+    def __init__(self, policy: RecoveryPolicy, now: float) -> None:
+        self.policy = policy
+        self.last = now
+        self.run = 0
+        self.buffered = False
+        self.flagged = False
+
+    def stall_ms(self) -> float:
+        return self.policy.llm_first_token_ms if self.buffered else self.policy.llm_stall_ms
+
+    def arrived(self, now: float) -> str | None:
+        gap, self.last = now - self.last, now
+        self.run = self.run + 1 if gap < 1.0 else 1
+        if self.run >= self.policy.llm_clump_tokens:
+            self.buffered = True
+        if self.buffered and not self.flagged and gap > self.policy.llm_stall_ms:
+            self.flagged = True
+            return (f"a {gap:.0f} ms gap in a stream whose tokens arrive in clumps: buffered on "
+                    "its way, not stalled")
+        return None
 
 
 class Draft:
@@ -52,8 +74,15 @@ class Draft:
     task; the speech side reads :meth:`items`."""
 
     def __init__(self, conv: Conversation, turn_id: int, user_text: str, llm: LLMPort,
-                 recovery: RecoveryPolicy, *, tentative: bool = False) -> None:
+                 recovery: RecoveryPolicy, *, tentative: bool = False,
+                 prior: list[ToolRun] | None = None) -> None:
+        """``prior``: tool runs that already happened in this turn (a draft dropped when the turn
+        reopened): the LLM is given their results, and an irreversible call with the same name
+        and arguments is answered from them instead of running again."""
         self.conv = conv
+        self.prior = list(prior or ())
+        # called with the task of each background tool run started (its result comes later)
+        self.on_background: Callable[[asyncio.Task], None] | None = None
         self.turn_id = turn_id
         self.user_text = user_text
         self.llm = llm
@@ -97,12 +126,16 @@ class Draft:
         """Follow a tool run: a call ending, a GoTo / HandOff, or the step's ``next``."""
         if isinstance(run.control, (HangUp, Transfer)):
             self.ending, self._ending_at = run.control, len(self.steps)
-        moved = move(self.pos, run.control, run.call.name, run.error is None)
+        moved = move(self.pos, run.control, run.call.name, run.error is None, load_agent)
         if moved is not None:
             self.pos = moved[0]
             self._moves.append((moved[0], moved[1], run.call.name))
         if not self.tentative:
             self._commit()
+
+    def done_tools(self) -> bool:
+        """True when no tool run this draft started is still running."""
+        return all(t.done() for t in self._tool_tasks)
 
     async def settled_runs(self) -> list:
         """Every tool run this draft started, once each has finished (a run is never cut short
@@ -112,6 +145,8 @@ class Draft:
 
     # --- output -------------------------------------------------------------------------------
     def _put(self, item: Say) -> None:
+        if self.steps:  # attributed to the step being written
+            item = replace(item, step=len(self.steps) - 1)
         self._items.append(item)
         self._wake.set()
 
@@ -142,7 +177,12 @@ class Draft:
             self._wake.set()
 
     async def _loop(self) -> None:
-        pending: list[ChatMessage] = [ChatMessage("user", self.user_text)]
+        # a follow-up of the agent's own (no caller words) continues from the context as it is
+        pending: list[ChatMessage] = [ChatMessage("user", self.user_text)] if self.user_text else []
+        if self.prior:  # work of a dropped draft of this turn: done, and told to the LLM once
+            self.steps.append(Step(runs=list(self.prior)))
+            pending.append(ChatMessage("assistant", "", tool_calls=tuple(r.call for r in self.prior)))
+            pending.extend(r.message() for r in self.prior)
         max_steps = self.pos.agent.llm.max_steps
         for k in range(max_steps):
             if self.ending is not None and self.ending.say:
@@ -161,11 +201,29 @@ class Draft:
                 tool = self.pos.agent.tools.get(call.name)
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
+                    done = next((r for r in self.prior if r.call.name == call.name
+                                 and dict(r.call.arguments) == dict(call.arguments)), None)
+                    if done is not None:  # it already ran in this turn: never do it twice
+                        run = ToolRun(call, done.result, done.error, repeated=True)
+                        step.runs.append(run)
+                        pending.append(run.message())
+                        continue
+                if tool is not None and tool.background and not self.tentative:
+                    run = ToolRun(call, BACKGROUND_STARTED)  # the reply does not wait for it
+                    step.runs.append(run)
+                    pending.append(run.message())
+                    task = asyncio.ensure_future(self.conv.run_tool(self.turn_id, call))
+                    if self.on_background is not None:
+                        self.on_background(task)
+                    continue
                 task = asyncio.ensure_future(
                     self.conv.run_tool(self.turn_id, call, tentative=self.tentative, pos=self.pos))
                 self._tool_tasks.append(task)
+                # recorded when it finishes, even if this draft is cancelled meanwhile (barge-in):
+                # a tool that outlives its reply still reaches the context
+                task.add_done_callback(lambda t, step=step: t.cancelled() or t.exception()
+                                       or step.runs.append(t.result()))
                 run = await asyncio.shield(task)
-                step.runs.append(run)
                 pending.append(run.message())
                 self._after_run(run)
         if self.ending is not None:
@@ -187,10 +245,14 @@ class Draft:
             req = request if attempt == 0 else replace(
                 request, prefix=request.prefix + step.text,
                 max_tokens=max(8, request.max_tokens - len(step.text) // 4))
+            pace = _Pace(self.policy, st.now())
             try:
                 stream = timed_llm(st, self.turn_id, self.llm, req)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
-                                         self.policy.llm_stall_ms, "llm"):
+                                         pace.stall_ms, "llm"):
+                    why = pace.arrived(st.now())
+                    if why:  # buffered on its way: waited out, not retried (nothing said twice)
+                        self._recovered("buffered", why)
                     if isinstance(delta, ToolDecision):  # stamped by timed_llm; never spoken
                         continue
                     if isinstance(delta, ToolCall):

@@ -22,8 +22,35 @@ from .config import AgentConfig
 from .errors import AudioInputError, MissingExtra
 from .events import EventBus
 from .scenario import CallerTurn, Scenario, Segment, load_scenario
-from .session import Stack
+from .session import LINE_RATE, Stack
 from .tools import CallContext
+
+
+async def warm_ports(stack: Stack) -> None:
+    """Open the ports' sockets now (``connect()`` where an adapter has one: the Cartesia STT/TTS
+    WebSockets), so the first turn does not pay for the handshakes, and render the spoken TTS
+    recovery line (:data:`rejoinder.reply.RECOVERY_SPOKEN`) into ``stack.recovery_audio``
+    (int16 at ``LINE_RATE``): said when a reply cannot be synthesized and no backup TTS is left.
+
+    Raises:
+        PortError: a socket could not be opened or the TTS failed (the caller decides whether
+            to go on without).
+    """
+    import numpy as np
+    import soxr
+
+    from .reply import RECOVERY_SPOKEN, _leading_silence
+
+    for port in (stack.stt, stack.tts, stack.backup_tts, stack.llm):
+        connect = getattr(port, "connect", None)
+        if port is not None and connect is not None:
+            await connect()
+    if stack.recovery_audio is None:
+        pieces = [p.pcm async for p in stack.tts.stream(RECOVERY_SPOKEN)]
+        pcm = np.concatenate(pieces).astype(np.int16) if pieces else np.zeros(0, np.int16)
+        if stack.tts.sample_rate != LINE_RATE and len(pcm):
+            pcm = soxr.resample(pcm, stack.tts.sample_rate, LINE_RATE).astype(np.int16)
+        stack.recovery_audio = pcm[_leading_silence(pcm, LINE_RATE):] if len(pcm) else None
 
 
 class Runtime:
@@ -59,6 +86,14 @@ class Runtime:
                                                                backup_cfg)
                 except MissingExtra:  # a backup is a nicety: run without one (retries still apply)
                     self._backup_tts = None
+            ports = Stack(vad=self._stack.vad, turn=self._stack.turn, stt=self._stack.stt,
+                          llm=None, tts=self._stack.tts, backup_tts=self._backup_tts)
+            try:
+                await warm_ports(ports)
+                self._recovery_audio = ports.recovery_audio
+            except Exception as exc:  # noqa: BLE001 — connected on first use instead
+                import logging
+                logging.getLogger("rejoinder").warning("warm-up of the model sockets failed: %r", exc)
             warm = getattr(self._stack.llm, "warmup", None)
             if warm is not None:  # the system turn as every request renders it: tools included
                 tools = tuple(t.schema for t in self.agent.tools.values())
@@ -79,7 +114,8 @@ class Runtime:
         s = self._stack
         clock = clock or RealClock()
         stack = Stack(vad=type(s.vad)(), turn=s.turn, stt=s.stt, llm=s.llm, tts=s.tts,
-                      backup_tts=self._backup_tts)
+                      backup_tts=self._backup_tts,
+                      recovery_audio=getattr(self, "_recovery_audio", None))
         if self.cfg.faults:  # wrap the ports once; the timing wrappers sit outside these
             faults = parse_faults(self.cfg.faults)
             self._calls += 1

@@ -12,6 +12,10 @@ starts *preemptively* (``preemptive``): nothing is spoken and no irreversible to
 the commit; if the caller goes on or the final transcript differs, the draft is discarded and its
 reversible tool runs are compensated. The agent (instructions, tools) is the user's
 :class:`~rejoinder.agent.Agent`; the session imports no application code.
+
+Each live caller turn has one owner, a :class:`~rejoinder.turnrun.TurnRun` (its transcription,
+draft, reply and the text judged for it; the invariants are written there). Transports use the
+public :class:`rejoinder.LiveSession`, which feeds this class and paces its playout.
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDeci
 from .flow import Transfer
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
-from .reply import FillerPolicy, RecoveryPolicy, Reply
-from .respond import Draft, Say
+from .reply import FillerPolicy, RecoveryPolicy, Reply, Say
+from .respond import Draft
 from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
 from .stages import Stamper, timed_stt
 from .tools import CallContext
+from .turnrun import TurnRun
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
                     Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
 from .vad import VadTracker
@@ -44,6 +49,8 @@ from .vad import VadTracker
 LINE_RATE = 16000
 PREROLL_MS = 300.0
 TAIL_MS = 120.0
+AUDIO_GAP_MS = 500.0   # no caller frame for this long: the line is treated as silent
+GAP_HOLDBACK_MS = 200.0  # silence is filled in only up to this long before now (late frames)
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
 
 
@@ -83,10 +90,13 @@ class Stack:
     llm: LLMPort | None
     tts: TTSPort
     backup_tts: TTSPort | None = None
+    recovery_audio: np.ndarray | None = None  # int16 at LINE_RATE: said when TTS cannot speak
 
 
 class Session:
-    """One call. Create it, start :meth:`run` as a task, feed frames with :meth:`on_frame`."""
+    """One call. Feed frames with :meth:`on_frame` and take the agent's audio with
+    :meth:`tick_playout` every 20 ms (or use :class:`rejoinder.LiveSession`, which does both);
+    :meth:`close` at the end."""
 
     def __init__(self, st: Stamper, stack: Stack, agent: Agent, ctx: CallContext | None = None, *,
                  policy: TurnPolicy | None = None, max_seconds: float = 900.0,
@@ -122,22 +132,19 @@ class Session:
         self._audio = np.zeros(min(self._max_samples, LINE_RATE * 60), dtype=np.float32)
         self._n = 0
         self._origin_ms: float | None = None  # call-clock time of sample 0
-        self._onset: dict[int, float] = {}
-        self._interim: dict[int, str] = {}  # latest interim transcript per turn
-        self._spec: dict[int, tuple[float, asyncio.Task]] = {}  # turn → (end_ms, stt task)
-        self._replies: dict[int, tuple[Reply | None, asyncio.Task]] = {}
-        # replies whose audio may be on the line: turn → (reply, caller's text, LLM steps)
-        self._speaking: dict[int, tuple[Reply, str | None, list[Step]]] = {}
-        self._drafts: dict[int, Draft] = {}  # the LLM side of each turn's reply (maybe tentative)
-        self._undoing: set[asyncio.Task] = set()  # compensations of discarded drafts
+        self.turns: dict[int, TurnRun] = {}  # the live turns' owners (rejoinder.turnrun)
+        # accounting for dropped work (compensations, tools still running): later drafts wait
+        self._settling: set[asyncio.Task] = set()
         self.preemptive = preemptive
         self._lag_samples = int(downstream_lag_ms * LINE_RATE / 1000)
         self._lag_ms = downstream_lag_ms
-        # turn → (pause end, its transcript, a number was still being read out)
-        self._heard: dict[int, tuple[float, Heard, bool]] = {}
         self._agent_said = ""  # the agent's last words: context for a number being read out
-        self._pauses: dict[int, list[int]] = {}  # turn → digits read at each long pause in it
         self._tasks: set[asyncio.Task] = set()
+        self._next_frame_ms: float | None = None  # call-clock start of the next caller frame
+        self._last_frame_at = 0.0                  # when (call clock) a frame last arrived
+        self._ticker: asyncio.Task | None = None
+        self.late_frames = 0  # frames that came after their span was filled in as silence
+        self._follow_up_due = False  # a background tool's result came: the agent speaks next
         self.errors: list[BaseException] = []
         self.closed = False
         # the agent ending the call (hang-up, transfer) once its last reply played at the caller
@@ -164,9 +171,25 @@ class Session:
 
     # --- transport side ----------------------------------------------------------------------
     def on_frame(self, pcm: np.ndarray, t_ms: float) -> None:
-        """One caller frame (int16 mono, 16 kHz) that started at ``t_ms``."""
+        """One caller frame (int16 mono, 16 kHz) that started at ``t_ms``.
+
+        The session's clock does not depend on frames arriving: timers (end of turn, idle) run
+        on the call clock, and when no frame comes for ``AUDIO_GAP_MS`` the line is treated as
+        silent (a frame that then arrives for a span already filled in is counted in
+        :attr:`late_frames` and taken as following the filled-in silence: late speech is heard
+        late, never lost)."""
+        if self._ticker is None:
+            self._ticker = self._spawn(self._watch_line(), 0, "session")
+        self._last_frame_at = self.st.now()
+        if self._next_frame_ms is not None and t_ms < self._next_frame_ms - 1.0:
+            self.late_frames += 1
+            t_ms = self._next_frame_ms
+        self._feed(pcm, t_ms)
+
+    def _feed(self, pcm: np.ndarray, t_ms: float) -> None:
         if self._origin_ms is None:
             self._origin_ms = t_ms
+        self._next_frame_ms = t_ms + 1000.0 * len(pcm) / LINE_RATE
         n = len(pcm)
         if self._n + n > len(self._audio):  # grow by doubling: a copy once a minute at most
             if self._n + n > self._max_samples:
@@ -187,6 +210,25 @@ class Session:
             else:
                 self._perform(self.taker.speech_pause(sig.at_ms, now))
         self._perform(self.taker.tick(now))
+
+    async def _watch_line(self) -> None:
+        """The call clock's own ticks: the turn timers fire at their deadlines, and a line with
+        no caller frames for ``AUDIO_GAP_MS`` is filled with silence (so end of turn is decided
+        even when the transport stops sending)."""
+        clock = self.st.clock
+        frame = np.zeros(int(LINE_RATE * 0.02), dtype=np.int16)
+        while not self.closed:
+            deadline = self.taker.next_deadline()
+            wake = self._last_frame_at + AUDIO_GAP_MS
+            if deadline is not None:
+                wake = min(wake, deadline)
+            await clock.sleep_until(max(wake, self.st.now() + 20.0))
+            now = self.st.now()
+            if now - self._last_frame_at >= AUDIO_GAP_MS and self._next_frame_ms is not None:
+                while self._next_frame_ms + 20.0 <= now - GAP_HOLDBACK_MS:
+                    self._feed(frame, self._next_frame_ms)
+            self._perform(self.taker.tick(now))
+            self._try_follow_up()
 
     def tick_playout(self, t_ms: float) -> np.ndarray:
         """The 20 ms of agent audio the caller hears from ``t_ms`` (int16, 16 kHz)."""
@@ -216,21 +258,23 @@ class Session:
             if isinstance(a, (Speculate, CancelReply)):  # the tentative transcript is stale
                 self._discard_draft(a.turn_id)
             if isinstance(a, OpenTurn):
-                self._onset[a.turn_id] = a.onset_ms
+                self._prune(a.turn_id)
+                self._run(a.turn_id).onset_ms = a.onset_ms
                 self.st.stamp("user_speech_start", a.turn_id, a.onset_ms, estimated=True)
             elif isinstance(a, Speculate):
                 self.st.stamp("user_speech_end", a.turn_id, a.end_ms, estimated=True)
-                old = self._spec.get(a.turn_id)
-                if old:
-                    old[1].cancel()
+                run = self._run(a.turn_id)
+                if run.spec:
+                    run.spec[1].cancel()
+                run.interim = run.interim_at = None  # an earlier pause's interim is stale
                 stt = self._spawn(self._transcribe(a.turn_id, a.end_ms), a.turn_id, "stt")
-                self._spec[a.turn_id] = (a.end_ms, stt)
+                run.spec = (a.end_ms, stt)
                 self._spawn(self._endpoint(a.turn_id, a.end_ms), a.turn_id, "turn")
             elif isinstance(a, Commit):
                 self.st.stamp("eot_decided", a.turn_id, reason=a.reason, probability=a.probability)
                 self.st.emit(TurnDecision(True, a.probability, a.reason, self.st.now(),
                                           self.st.call_id, a.turn_id))
-                self._replies[a.turn_id] = (None, self._spawn(self._reply(a.turn_id), a.turn_id, "reply"))
+                self._run(a.turn_id).reply_task = self._spawn(self._reply(a.turn_id), a.turn_id, "reply")
             elif isinstance(a, CancelReply):
                 self._cancel_reply(a.turn_id, a.reason)
             elif isinstance(a, Hold):
@@ -242,7 +286,7 @@ class Session:
             elif isinstance(a, CheckBackchannel):
                 self._spawn(self._check_backchannel(a), a.turn_id, "stt")
             elif isinstance(a, Reject):
-                heard = self._heard.get(a.turn_id)
+                heard = self._run(a.turn_id).heard
                 self.st.emit(TurnDecision(False, 0.0, "rejected_noise", self.st.now(), self.st.call_id,
                                           a.turn_id, {"why": a.reason, **(heard[1].as_dict() if heard else {})}))
             elif isinstance(a, Reprompt):
@@ -250,10 +294,27 @@ class Session:
             elif isinstance(a, EndCall):
                 self._say_later(a.turn_id, self.policy.idle.goodbye_text, "idle_prompt", hangup=a.reason)
 
+    def _run(self, turn_id: int) -> TurnRun:
+        run = self.turns.get(turn_id)
+        if run is None:
+            run = self.turns[turn_id] = TurnRun(turn_id)
+        return run
+
+    def _prune(self, current: int) -> None:
+        """Forget earlier turns that have nothing left running or on the line."""
+        for tid, run in list(self.turns.items()):
+            if tid < current and run.speaking is None and not run.busy():
+                del self.turns[tid]
+
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
-        entry = self._replies.pop(turn_id, None)
-        if entry is not None:
-            entry[1].cancel()
+        run = self._run(turn_id)
+        run.reopened = reason != "barge_in"  # the turn goes on (reopen, digits, noise)
+        if run.reopened and reason != "noise":  # the dropped reply's timings are not the turn's
+            self.st.emit(TurnDecision(False, 0.0, "reopen", self.st.now(), self.st.call_id,
+                                      turn_id, {"why": reason}))
+        if run.reply_task is not None:
+            run.reply_task.cancel()
+            run.reply_task = None
         self.ender.reply_done(turn_id, True, self.st.now())  # a dropped goodbye ends nothing
         if self.playout.reply is not None and self.playout.reply.turn_id == turn_id:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
@@ -265,23 +326,24 @@ class Session:
         return self._audio[a:max(a, b)].copy()
 
     async def _transcribe(self, turn_id: int, end_ms: float) -> str:
-        onset = self._onset.get(turn_id, 0.0)
+        run = self._run(turn_id)
+        onset = run.onset_ms
         tr = Transcript("", True)
         async for tr in timed_stt(self.st, turn_id, self.stack.stt,
                                   self._turn_audio(onset - PREROLL_MS, end_ms + TAIL_MS)):
-            if not tr.final:
-                self._interim[turn_id] = tr.text.strip()
+            if not tr.final and run.spec is not None and run.spec[0] == end_ms:
+                run.interim, run.interim_at = tr.text.strip(), self.st.now()
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
         text = tr.text.strip()
-        if self._spec.get(turn_id, (None,))[0] == end_ms:  # still the latest pause
+        if run.spec is not None and run.spec[0] == end_ms:  # still the latest pause
             heard = Heard(text, end_ms - onset, tr.no_speech_prob, tr.avg_logprob,
                           level_dbfs(self._segment(onset, end_ms)))
             held = self._number_open(text, turn_id)
-            prev = self._heard.get(turn_id)
+            prev = run.heard
             if not held and prev is not None and prev[2] and len(words(text)) < len(words(prev[1].text)):
                 held = True  # more speech, fewer words: the STT dropped the digits; keep holding
-            self._heard[turn_id] = (end_ms, heard, held)
+            run.heard = (end_ms, heard, held)
             noise = noise_verdict(heard, self.policy.sounds)
             self._perform(self.taker.transcript_result(
                 turn_id, text_complete(text), held, self.st.now(), question=text.endswith("?"),
@@ -301,61 +363,116 @@ class Session:
     def _number_open(self, text: str, turn_id: int) -> bool:
         """``text`` ends in a number still being read out (the agent's last words as context,
         the caller's long pauses in the turn as its digit groups)."""
+        run = self.turns.get(turn_id)
         return number_open(text, self._agent_said, self.policy.numbers,
-                           tuple(self._pauses.get(turn_id, ())))
+                           tuple(run.pauses) if run else ())
 
     def _note_group(self, onset_ms: float) -> None:
         """Speech resumes in a paused turn: after a long pause inside a number, the digits read
         so far close a group (a phone number read 3-3-4 however the STT writes the digits)."""
         t = self.taker
-        end_ms, heard, _ = self._heard.get(t.turn_id, (None, None, False))
+        run = self.turns.get(t.turn_id)
+        if run is None or run.heard is None:
+            return
+        end_ms, heard, _ = run.heard
         if (t.state in (State.USER_PAUSED, State.THINKING) and end_ms == t.last_voiced_ms
                 and onset_ms - t.last_voiced_ms >= self.policy.numbers.group_pause_ms):
             n = dictated_digits(heard.text)
             if n:
-                self._pauses.setdefault(t.turn_id, []).append(n)
+                run.pauses.append(n)
 
     # --- the LLM side: drafts --------------------------------------------------------------
     def _start_draft(self, turn_id: int, text: str, *, tentative: bool) -> Draft:
         """Start the agent loop for ``text`` (after any pending compensation has finished)."""
         self._discard_draft(turn_id)
-        draft = Draft(self.conv, turn_id, text, self.stack.llm, self.recovery, tentative=tentative)
-        undoing = tuple(self._undoing)
+        turn = self._run(turn_id)
+        settling = tuple(self._settling)
+        draft = Draft(self.conv, turn_id, text, self.stack.llm, self.recovery, tentative=tentative,
+                      prior=turn.done_runs)
 
         async def run() -> None:
-            if undoing:  # a discarded draft's reversible tools are undone before new ones run
-                await asyncio.gather(*undoing, return_exceptions=True)
+            if settling:  # dropped work is accounted for (undone, or its results kept) first
+                await asyncio.gather(*settling, return_exceptions=True)
+                draft.prior = list(turn.done_runs)
             await draft.run()
+        draft.on_background = self._background
         draft.task = self._spawn(run(), turn_id, "llm")
-        self._drafts[turn_id] = draft
+        turn.draft = draft
+        self._follow_up_due = False  # this reply's context has every result in so far
         return draft
 
+    # --- background tools: the agent follows up on its own ----------------------------------
+    def _background(self, task: asyncio.Task) -> None:
+        """A background tool run started; when it ends its result goes into the context and the
+        agent takes the floor to tell the caller (as soon as the line is free)."""
+        async def wait() -> None:
+            run = await task
+            self.conv.add_late_result(run)
+            self._follow_up_due = True
+            self._try_follow_up()
+        self._spawn(wait(), 0, "tools")
+
+    def _try_follow_up(self) -> None:
+        if not self._follow_up_due or self.closed:
+            return
+        turn_id = self.taker.agent_follows_up(self.st.now())
+        if turn_id is None:
+            return  # the caller or the agent has the floor: tried again when it is free
+        self._follow_up_due = False
+        self.st.emit(TurnDecision(False, 0.0, "follow_up", self.st.now(), self.st.call_id, turn_id,
+                                  {"why": "a background tool's result came in"}))
+        run = self._run(turn_id)
+        draft = Draft(self.conv, turn_id, "", self.stack.llm, self.recovery)
+        draft.on_background = self._background
+        draft.task = self._spawn(draft.run(), turn_id, "llm")
+        run.draft = draft
+        run.reply_task = self._spawn(self._speak(turn_id, draft.items(), None, draft.steps, draft),
+                                     turn_id, "reply")
+
     def _discard_draft(self, turn_id: int) -> None:
-        """Stop the turn's draft; if it was still tentative, compensate its reversible tools."""
-        draft = self._drafts.pop(turn_id, None)
+        """Stop the turn's draft. A tentative draft's reversible tools are compensated; a
+        confirmed draft's tool runs really happened, so they are kept for the turn's next draft
+        (:attr:`TurnRun.done_runs`): never redone, and told to the LLM once."""
+        turn = self.turns.get(turn_id)
+        draft = turn.draft if turn else None
         if draft is None:
             return
+        turn.draft = None
         draft.task.cancel()
-        if not draft.tentative:
-            return
+        tentative = draft.tentative
 
-        async def undo() -> None:
+        async def settle() -> None:
             await asyncio.gather(draft.task, return_exceptions=True)
             runs = await draft.settled_runs()
-            await undo_runs(self.conv, turn_id, [r for r in runs if r.tentative])
-        task = self._spawn(undo(), turn_id, "tools")
-        self._undoing.add(task)
-        task.add_done_callback(self._undoing.discard)
+            if tentative:
+                await undo_runs(self.conv, turn_id, [r for r in runs if r.tentative])
+            else:
+                turn.done_runs.extend(r for r in runs if r not in turn.done_runs)
+        self._settle(settle(), turn_id)
+
+    def _settle(self, coro, turn_id: int) -> asyncio.Task:
+        task = self._spawn(coro, turn_id, "tools")
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        return task
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         """Short caller sound over the agent ended: resume or barge in, judged on its duration,
         the STT's confidence and its words (:func:`rejoinder.sounds.overlap_verdict`)."""
-        tr = Transcript("", True)
-        try:
-            async for tr in self.stack.stt.stream(self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)):
+        async def transcribe() -> Transcript:
+            tr = Transcript("", True)
+            async for tr in timed_stt(self.st, a.turn_id, self.stack.stt,
+                                      self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)):
                 pass
+            return tr
+        task = asyncio.ensure_future(transcribe())
+        try:  # watchdog: the reply is held while this runs
+            tr = await wait_within(self.st.clock, task, self.recovery.stt_check_ms)
         except Exception as exc:  # cannot tell: treat the short sound as noise and go on talking
-            self.st.emit(Recovery("stt", "resume", repr(exc), "", self.st.now(), self.st.call_id,
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            reason = ("no transcript in time" if isinstance(exc, TimeoutError) else repr(exc))
+            self.st.emit(Recovery("stt", "resume", reason, "", self.st.now(), self.st.call_id,
                                   a.turn_id))
             tr = Transcript("", True)
         heard = Heard(tr.text, a.end_ms - a.start_ms, tr.no_speech_prob, tr.avg_logprob)
@@ -366,7 +483,7 @@ class Session:
                                                     reason=verdict))
 
     async def _endpoint(self, turn_id: int, end_ms: float) -> None:
-        audio = self._segment(max(end_ms - 8000.0, self._onset.get(turn_id, 0.0) - PREROLL_MS),
+        audio = self._segment(max(end_ms - 8000.0, self._run(turn_id).onset_ms - PREROLL_MS),
                               end_ms + TAIL_MS)
         try:
             p = await self.stack.turn.completion_prob(audio)
@@ -377,16 +494,31 @@ class Session:
 
     # --- the reply ---------------------------------------------------------------------------
     async def _final_transcript(self, turn_id: int) -> str | None:
-        """The turn's transcript: the speculative one, else one retry; watchdog
-        ``promote_interim_ms`` (STT without a final). None when STT could not deliver."""
-        end_ms, stt_task = self._spec[turn_id]
+        """The turn's transcript: the speculative one, else one retry. Watchdogs on the call
+        clock: ``promote_interim_ms`` for a final, and ``RecoveryPolicy.stt_interim_stall_ms``
+        after the latest interim result (an STT that sent an interim and then nothing: the
+        interim is promoted). None when STT could not deliver."""
+        run = self._run(turn_id)
+        end_ms, stt_task = run.spec
         for attempt in range(2):
+            deadline = self.st.now() + self.policy.promote_interim_ms
             try:
-                return await wait_within(self.st.clock, stt_task, self.policy.promote_interim_ms)
+                while True:
+                    limit = deadline - self.st.now()
+                    if run.interim and run.interim_at is not None:
+                        limit = min(limit, run.interim_at + self.recovery.stt_interim_stall_ms
+                                    - self.st.now())
+                    try:
+                        return await wait_within(self.st.clock, stt_task, max(0.0, limit))
+                    except TimeoutError:
+                        stalled = (run.interim and run.interim_at is not None and self.st.now()
+                                   >= run.interim_at + self.recovery.stt_interim_stall_ms)
+                        if stalled or self.st.now() >= deadline:
+                            raise
             except Exception as exc:  # failed or timed out: say so on the timeline, retry once
                 stt_task.cancel()
                 reason = "no final transcript in time" if isinstance(exc, TimeoutError) else repr(exc)
-                interim = self._interim.get(turn_id)
+                interim = run.interim
                 if isinstance(exc, TimeoutError) and interim:  # a turn with only interim results
                     self.st.emit(Recovery("stt", "promoted", reason, interim, self.st.now(),
                                           self.st.call_id, turn_id))
@@ -395,7 +527,7 @@ class Session:
                 self.st.emit(Recovery("stt", action, reason, "", self.st.now(), self.st.call_id, turn_id))
                 if attempt == 0:
                     stt_task = self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry")
-                    self._spec[turn_id] = (end_ms, stt_task)
+                    run.spec = (end_ms, stt_task)
         return None
 
     async def _reply(self, turn_id: int) -> None:
@@ -408,23 +540,25 @@ class Session:
         if self._number_open(text, turn_id):
             acts = self.taker.hold_for_digits(turn_id, self.st.now())
             if acts:
-                self._replies.pop(turn_id, None)
+                self._run(turn_id).reply_task = None
                 self._perform([a for a in acts if not isinstance(a, CancelReply)])
                 return
         if not text:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
-        draft = self._drafts.get(turn_id)
+        draft = self._run(turn_id).draft
         if draft is not None and draft.user_text == text:
             draft.confirm()  # adopt the preemptive draft: its text is spoken from now on
         else:
             draft = self._start_draft(turn_id, text, tentative=False)
-        await self._speak(turn_id, draft.items(), text, draft.steps)
+        await self._speak(turn_id, draft.items(), text, draft.steps, draft)
 
-    async def _speak(self, turn_id: int, items, user_text: str | None, steps: list[Step]) -> None:
+    async def _speak(self, turn_id: int, items, user_text: str | None, steps: list[Step],
+                     draft: Draft | None = None) -> None:
         reply = Reply(self.st, turn_id, self.playout, self.stack.tts, backup_tts=self.stack.backup_tts,
-                      recovery=self.recovery, filler=self.filler)
-        self._speaking[turn_id] = (reply, user_text, steps)
+                      recovery=self.recovery, filler=self.filler,
+                      recovery_audio=self.stack.recovery_audio)
+        self._run(turn_id).speaking = (reply, user_text, steps, draft)
         try:
             await reply.speak(items)
         except* Exception as eg:
@@ -448,7 +582,7 @@ class Session:
                                   {"text": text, "hangup": hangup}))
         if hangup is not None:
             self.ender.request(turn_id, "hangup", hangup)
-        self._replies[turn_id] = (None, self._spawn(self._say(turn_id, text, source), turn_id, "reply"))
+        self._run(turn_id).reply_task = self._spawn(self._say(turn_id, text, source), turn_id, "reply")
 
     def greet(self) -> None:
         """Say the agent's greeting, if it has one (call once, when the call opens). The caller
@@ -456,7 +590,7 @@ class Session:
         g = self.agent.greeting
         text = g(self.ctx) if callable(g) else g
         if text and self.taker.agent_initiates():
-            self._replies[0] = (None, self._spawn(self._say(0, text, "greeting"), 0, "reply"))
+            self._run(0).reply_task = self._spawn(self._say(0, text, "greeting"), 0, "reply")
 
     def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, *, estimated: bool = False,
                       **data: Any) -> None:
@@ -466,19 +600,39 @@ class Session:
 
     def _on_reply_done(self, audio: ReplyAudio, interrupted: bool) -> None:
         """The playout finished (or cut) a reply: record what was heard, update the context."""
-        reply, user_text, steps = self._speaking.pop(audio.turn_id, (None, None, []))
+        turn = self._run(audio.turn_id)
+        reply, user_text, steps, draft = turn.speaking or (None, None, [], None)
+        turn.speaking = None
         played = max(0, audio.played - self._lag_samples) if interrupted else audio.played
         heard, estimated = reply.heard(played) if reply else ("", False)
+        by_step = reply.heard_by_step(played) if reply else None
         estimated = estimated or (interrupted and self._lag_samples > 0)
+        if interrupted and turn.reopened and not heard:
+            # dropped before a word was heard (the caller went on): no reply of the turn, so no
+            # AgentSpeech; the turn's next reply accounts for this one's work (done_runs)
+            if turn.draft is draft:
+                turn.draft = None
+            return
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
                                  self.st.now(), self.st.call_id, audio.turn_id))
-        self.conv.add_heard(audio.turn_id, user_text, steps, heard)
-        self._drafts.pop(audio.turn_id, None)
+        if draft is not None and not draft.done_tools():
+            # a tool outlives the cut reply: its call and result enter the context once it ends
+            async def account() -> None:
+                await draft.settled_runs()
+                self.conv.add_heard(audio.turn_id, user_text, steps, heard, by_step=by_step,
+                                    cut=interrupted)
+            self._settle(account(), audio.turn_id)
+        else:
+            self.conv.add_heard(audio.turn_id, user_text, steps, heard, by_step=by_step,
+                                cut=interrupted)
+        if turn.draft is draft:
+            turn.draft = None
         self._agent_said = heard if interrupted else (reply.full_text if reply else heard)
         if not interrupted:
-            self._replies.pop(audio.turn_id, None)
+            turn.reply_task = None
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
+            self._try_follow_up()
         self.ender.reply_done(audio.turn_id, interrupted, self.st.now())
 
     async def close(self) -> None:

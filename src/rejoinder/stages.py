@@ -128,15 +128,17 @@ async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: s
         yield piece
 
 
-async def watch(stream: AsyncIterator, clock: Clock, first_ms: float, gap_ms: float, what: str):
+async def watch(stream: AsyncIterator, clock: Clock, first_ms: float,
+                gap_ms: float | Callable[[], float], what: str):
     """Re-yield ``stream``; raise :class:`WatchdogTimeout` when its first item takes longer than
     ``first_ms`` or a later one longer than ``gap_ms`` (ms on the call clock, so scripted
-    timelines with a virtual clock exercise the watchdogs too)."""
+    timelines with a virtual clock exercise the watchdogs too; a callable is read before each
+    item, so the consumer can relax the limit for a stream it knows to be buffered)."""
     first = True
     nxt: asyncio.Future | None = None
     try:
         while True:
-            limit = first_ms if first else gap_ms
+            limit = first_ms if first else (gap_ms() if callable(gap_ms) else gap_ms)
             nxt = asyncio.ensure_future(anext(stream))
             try:
                 item = await wait_within(clock, nxt, limit)

@@ -45,6 +45,10 @@ from .events import (AgentSpeech, Boundary, CallEnd, ErrorEvent, Event, Recovery
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
+# stamps of a reply's stages: dropped when the turn reopens and a new reply starts over
+_REPLY_SIDE = frozenset({"llm_request", "llm_first_token", "llm_end", "tool_start", "tool_end",
+                         "first_speakable_text", "tts_request", "tts_first_audio", "tts_end",
+                         "first_audio_out", "first_audio_in", "playout_start"})
 SEGMENTS = ("endpointing", "transcription", "tool_choice", "tools", "llm_ttft", "first_text",
             "tts_ttfb", "audio_out", "arrival", "playout", "lead_silence")
 
@@ -61,7 +65,8 @@ class TurnRecord:
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (start_ms, duration_ms)
     status: str = "completed"  # completed | interrupted | failed | recovered | no_reply |
     # rejected_noise (the caller's sound was only noise: no reply) | idle_prompt (the agent spoke
-    # on its own after the caller's silence)
+    # on its own after the caller's silence) | follow_up (on its own, with a background tool's
+    # result)
     errors: list[str] = field(default_factory=list)
     transcript: str = ""
     heard_text: str = ""
@@ -82,9 +87,10 @@ class TurnRecord:
             return None
         end = s["playback_start"]
         speak = s.get("first_speakable_text", end)
-        tool_ends = [t["end_ms"] for t in self.tools if t.get("end_ms") is not None
+        tools = [t for t in self.tools if not t.get("before_reopen")]
+        tool_ends = [t["end_ms"] for t in tools if t.get("end_ms") is not None
                      and t["end_ms"] <= speak]
-        tool_starts = [t["start_ms"] for t in self.tools if t["start_ms"] <= speak]
+        tool_starts = [t["start_ms"] for t in tools if t["start_ms"] <= speak]
         if not tool_starts:  # the gate chose to talk: its decision is on the path
             tool_starts = [d["t_ms"] for d in self.tool_decisions if d["t_ms"] <= speak]
         firsts = [t for t in self.llm_first_tokens if t <= speak]
@@ -110,6 +116,18 @@ class TurnRecord:
             out[name] = round(t - prev, 3)
             prev = t
         return out
+
+    def drop_reply_stamps(self) -> None:
+        """The turn reopened (the caller went on before its reply was heard): forget the
+        dropped reply's stage times, so the segments measure the reply that is heard. Its tool
+        runs stay listed (they happened), marked ``before_reopen``."""
+        for name in _REPLY_SIDE:
+            self.stamps.pop(name, None)
+            self.estimated.discard(name)
+        self.llm_first_tokens.clear()
+        self.tts_chunks.clear()
+        for t in self.tools:
+            t["before_reopen"] = True
 
     def v2v_ms(self) -> float | None:
         s = self.stamps
@@ -197,8 +215,10 @@ class Timeline:
             rec = self.turn(event.turn_id)
             if event.reason == "rejected_noise":
                 rec.status, rec.rejected = "rejected_noise", dict(event.data)
-            elif event.reason == "idle_prompt":
-                rec.status = rec.initiated = "idle_prompt"
+            elif event.reason in ("idle_prompt", "follow_up"):  # the agent spoke on its own
+                rec.status = rec.initiated = event.reason
+            elif event.reason == "reopen":  # the reply so far was dropped: its times are not
+                rec.drop_reply_stamps()      # the turn's (the next reply's are)
             else:  # a sound over the reply that it talked on after
                 rec.resumed.append(event.reason)
         elif isinstance(event, StepEntered):

@@ -18,8 +18,15 @@ pattern stays in the schema (placed before the constraint, pydantic leaves it ou
 Each tool declares whether it is ``reversible``. A reversible tool may run early, on a tentative
 transcript before the caller's turn is final (preemptive generation), and is *compensated* if the
 transcript then changes: ``compensate(ctx, result, **args)`` undoes it (read-only tools need none).
-An irreversible tool never runs before the turn is final. ``timeout_s`` bounds one run; a
-timeout or an exception is reported to the LLM as ``{"error": …}`` so it can tell the caller.
+An irreversible tool never runs before the turn is final. ``timeout_s`` bounds one run (on the
+call clock); a timeout or an exception is reported to the LLM as ``{"error": …}`` so it can tell
+the caller.
+
+A plain (blocking) function runs in the tools' own bounded thread pool (:data:`TOOL_THREADS`
+threads per process), never in the event loop's default executor that the models use: a tool
+that hangs past its timeout keeps at most its own thread, and recognition and the other models
+always find threads. When every tool thread is taken by hung calls, further blocking calls wait
+for a free thread within their own timeout and are reported as timed out.
 
 Example::
 
@@ -35,15 +42,29 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from .clock import Clock, wait_within
 from .errors import ConfigError
 from .ports import ToolSchema
+
+TOOL_THREADS = 16  # threads for blocking tools, per process (hung calls included)
+_pool: ThreadPoolExecutor | None = None
+
+
+def tool_pool() -> ThreadPoolExecutor:
+    """The process's bounded executor for blocking tools (created on first use)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(TOOL_THREADS, thread_name_prefix="rejoinder-tool")
+    return _pool
 
 
 @dataclass
@@ -95,12 +116,13 @@ class Tool:
                  description: str | None = None, reversible: bool = False,
                  timeout_s: float | None = 10.0,
                  compensate: Callable[..., Any] | None = None,
-                 examples: Iterable[str] = ()) -> None:
+                 examples: Iterable[str] = (), background: bool = False) -> None:
         if not callable(fn):
             raise ConfigError(f"tool {fn!r} is not callable")
         self.fn = fn
         self.name = name or fn.__name__
         self.reversible = bool(reversible)
+        self.background = bool(background)
         self.timeout_s = timeout_s
         if compensate is not None and not callable(compensate):
             raise ConfigError(f"tool {self.name!r}: compensate must be callable")
@@ -158,10 +180,13 @@ class Tool:
     async def _invoke(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(fn):
             return await fn(**kwargs)
-        return await asyncio.to_thread(fn, **kwargs)  # one hop per call, never per frame
+        loop = asyncio.get_running_loop()  # one hop per call, never per frame; own pool
+        return await loop.run_in_executor(tool_pool(), functools.partial(fn, **kwargs))
 
-    async def run(self, ctx: CallContext, arguments: dict[str, Any]) -> Any:
-        """Validate ``arguments`` and run the tool within ``timeout_s``.
+    async def run(self, ctx: CallContext, arguments: dict[str, Any], *,
+                  clock: Clock | None = None) -> Any:
+        """Validate ``arguments`` and run the tool within ``timeout_s`` (on ``clock``, the call
+        clock, when given; else the event loop's).
 
         Raises:
             ToolError: invalid arguments, or the tool raised (its message is kept).
@@ -171,7 +196,14 @@ class Tool:
         if self.context_param:
             kwargs[self.context_param] = ctx
         try:
-            return await asyncio.wait_for(self._invoke(self.fn, kwargs), self.timeout_s)
+            if clock is None or self.timeout_s is None:
+                return await asyncio.wait_for(self._invoke(self.fn, kwargs), self.timeout_s)
+            task = asyncio.ensure_future(self._invoke(self.fn, kwargs))
+            try:
+                return await wait_within(clock, task, 1000.0 * self.timeout_s)
+            finally:
+                if not task.done():  # timed out (or we were cancelled): stop waiting for it
+                    task.cancel()
         except (ToolError, TimeoutError, asyncio.CancelledError):
             raise
         except Exception as exc:  # the LLM hears about any failure; the call goes on
@@ -194,17 +226,20 @@ class Tool:
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
          timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
-         examples: Iterable[str] = ()) -> Any:
+         examples: Iterable[str] = (), background: bool = False) -> Any:
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
 
     ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
     ``examples`` are a few caller utterances that should make the LLM call this tool (kept as
     :attr:`Tool.examples`, a tuple of str): the embedded LLM's tool-decision gate is calibrated
-    on them. Returns a :class:`Tool`.
+    on them. ``background``: a slow tool the reply does not wait for — the LLM is told it has
+    started, the reply goes on, and when it finishes its result enters the context and the agent
+    follows up on its own as soon as the line is free. Returns a :class:`Tool`.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
-                    timeout_s=timeout_s, compensate=compensate, examples=examples)
+                    timeout_s=timeout_s, compensate=compensate, examples=examples,
+                    background=background)
     return wrap(fn) if fn is not None else wrap
 
 

@@ -412,6 +412,17 @@ class TurnTaker:
             return True
         return False
 
+    def agent_follows_up(self, now: float) -> int | None:
+        """The agent takes the floor on its own (a background tool's result came in): the id of
+        a new agent-initiated turn when the line is free (listening, the caller silent), else
+        None (the session tries again when the line frees up)."""
+        if self.state is State.LISTENING and self._speech_since is None:
+            self._idle_since = None
+            self.turn_id += 1
+            self.state = State.THINKING
+            return self.turn_id
+        return None
+
     def agent_done(self, turn_id: int, now: float) -> list[Action]:
         """The reply of ``turn_id`` finished (or failed) without being cut; ``now`` is when its
         last sample played at the caller, where the idle timer starts."""

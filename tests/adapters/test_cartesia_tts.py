@@ -148,3 +148,57 @@ async def test_server_survives_bad_clients(espeak_tts):
             while "done" not in kinds:
                 kinds.add(json.loads(await ws.recv())["type"])
             assert "chunk" in kinds
+
+
+class _Blackhole:
+    """A loopback TCP proxy that can stop forwarding on its open connections while keeping them
+    open: to the client, a half-open socket (the peer gone without a close)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.frozen: set[int] = set()
+        self.accepted = 0
+        self.server = None
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+
+    def freeze_all(self) -> None:
+        self.frozen.update(range(self.accepted))
+
+    async def _conn(self, reader, writer):
+        n = self.accepted
+        self.accepted += 1
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.port)
+
+        async def pipe(src, dst):
+            try:
+                while data := await src.read(65536):
+                    if n in self.frozen:
+                        continue  # swallowed: nothing gets through, nothing is closed
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+
+async def test_a_half_open_socket_is_detected_and_replaced_at_the_retry(espeak_tts):
+    async with local.cartesia_tts(espeak_tts) as (_, url):
+        port = int(url.rsplit(":", 1)[1])
+        hole = _Blackhole(port)
+        async with hole as proxy_port:
+            tts = CartesiaTTS(f"ws://127.0.0.1:{proxy_port}", "local-key")
+            assert await _drain(tts.stream("Hello there."))  # the socket is up and used
+            hole.freeze_all()  # the path dies silently: no FIN, no RST
+            with pytest.raises(TimeoutError):  # what the runtime's first-audio watchdog does
+                await asyncio.wait_for(_drain(tts.stream("Are you there?")), 1.0)
+            # the retry must not go to the dead socket again: pinged, found dead, replaced
+            pieces = await asyncio.wait_for(_drain(tts.stream("Your order has shipped.")), 20.0)
+            assert pieces and sum(len(p.pcm) for p in pieces) > 0
+            assert tts.reconnects == 1 and hole.accepted == 2
+            await tts.aclose()

@@ -9,6 +9,12 @@ Errors are :class:`~rejoinder.ports.PortError`: a refused connection, an auth fa
 ``CARTESIA_API_KEY``), an ``error`` message, a malformed frame, or the socket closing before the
 context's ``done`` — including after the first audio, so the reply's recovery resumes from the
 last whole word heard.
+
+Dead sockets are replaced: one that closed or failed is reopened by the next request, and one
+left *suspect* — a request was abandoned (the runtime's watchdog) before the server said anything
+— must answer a WebSocket ping within ``ping_timeout_s`` (1 s) before it is used again; a
+half-open socket (the peer gone without a close, e.g. a NAT or proxy dropped it) is thus replaced
+at the retry instead of swallowing it too. :attr:`CartesiaTTS.reconnects` counts replacements.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class _Socket:
         self.loop = asyncio.get_running_loop()
         self.queues: dict[str, asyncio.Queue] = {}
         self.failure: PortError | None = None
+        self.suspect = False  # a request was abandoned before the server said anything
         self.reader = self.loop.create_task(self._read())
 
     @property
@@ -66,6 +73,18 @@ class _Socket:
         self.failure = exc
         for q in self.queues.values():
             q.put_nowait(_CLOSED)
+
+    async def check(self, timeout_s: float) -> bool:
+        """Ping a suspect socket: False (and the socket failed) when no pong comes within
+        ``timeout_s`` — a half-open connection, whose peer is gone without a close."""
+        self.suspect = False
+        try:
+            pong = await self.ws.ping()
+            await asyncio.wait_for(pong, timeout_s)
+            return True
+        except Exception as exc:  # noqa: BLE001 — timeout or a dead socket: replace it
+            self._fail(PortError(f"the TTS socket is half-open (no pong in {timeout_s:g} s: {exc!r})"))
+            return False
 
     async def close(self) -> None:
         """Close a healthy socket with the closing handshake; abort a failed one at once (its
@@ -109,6 +128,8 @@ class CartesiaTTS:
         self.connect_timeout_s = connect_timeout_s
         self._sock: _Socket | None = None
         self._lock: asyncio.Lock | None = None
+        self.ping_timeout_s = 1.0  # a suspect socket must answer a ping this fast to be reused
+        self.reconnects = 0
 
     async def connect(self) -> None:
         """Open the socket now (else the first request does), keeping the handshake off a turn."""
@@ -119,7 +140,10 @@ class CartesiaTTS:
         if self._lock is None or self._sock is not None and self._sock.loop is not loop:
             self._lock, self._sock = asyncio.Lock(), None  # a new event loop: start afresh
         async with self._lock:
+            if self._sock is not None and self._sock.alive and self._sock.suspect:
+                await self._sock.check(self.ping_timeout_s)
             if self._sock is None or not self._sock.alive:
+                self.reconnects += self._sock is not None
                 old, self._sock = self._sock, None
                 if old is not None:
                     await old.close()
@@ -166,9 +190,11 @@ class CartesiaTTS:
         finished = False
         sender = asyncio.get_running_loop().create_task(self._send_all(sock, cid, texts, queue))
         words = _cartesia.WordTimeline(self.sample_rate)
+        heard = False
         try:
             while True:
                 msg = await queue.get()
+                heard = True
                 if msg is _CLOSED:
                     raise sock.failure or PortError("the TTS socket closed")
                 if isinstance(msg, BaseException):
@@ -191,6 +217,8 @@ class CartesiaTTS:
             sock.queues.pop(cid, None)
             sender.cancel()
             await asyncio.gather(sender, return_exceptions=True)
+            if not heard:  # abandoned (a watchdog) before any answer: the socket may be dead
+                sock.suspect = True
             if not finished and sock.alive:  # barge-in or a watchdog: stop the server's work
                 try:
                     await sock.ws.send(json.dumps({"context_id": cid, "cancel": True}))

@@ -139,7 +139,12 @@ class OpenAICompatLLM:
         self._headers = {"Accept": "text/event-stream"}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
-        self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
+        # one pooled client: requests reuse kept-alive connections (a stream read to its end
+        # returns its connection to the pool; one cut short by a barge-in is closed)
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16,
+                                keepalive_expiry=60.0))
         self._owns_client = client is None
 
     def _streams(self, request: LLMRequest) -> bool:
@@ -236,9 +241,9 @@ class OpenAICompatLLM:
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
-            if data == "[DONE]":
-                finished = True
-                break
+            if data == "[DONE]":  # read on to the end of the body (nothing should follow), so
+                finished = True   # the connection goes back to the pool instead of being closed
+                continue
             if not data:
                 continue
             try:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .wordforms import _digit_runs, _spoken_forms, _words
+
 ECHO_WER = 0.5  # below this, the reply is the caller's words back
 NO_TOOL_TEXT = "expected no tool call"
 
 
 def _norm_words(text: str) -> list[str]:
-    from .expect import _digit_runs, _words
     return _digit_runs(_words(text)).split()
 
 
@@ -44,7 +45,6 @@ def is_echo(reply: str, transcript: str) -> bool:
 
 
 def _heard_one(words: str, heard_text: str) -> bool:
-    from .expect import _digit_runs, _spoken_forms, _words
     heard = _words(heard_text)
     joined = _digit_runs(heard)
     return any(_words(form) in heard or _words(form) in joined for form in _spoken_forms(words))

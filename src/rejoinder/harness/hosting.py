@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..adapters.llama_server import free_port
 from ..errors import ConfigError
 from ..hosting.network import Link, NetworkProfile, PROFILES, preflight, profile as get_profile
 from ..hosting.servers import ServerProcess, probe_llm, probe_stt, probe_tts, socket_rtt_ms
@@ -114,7 +115,7 @@ class Deployment:
         """Port of server ``k`` (0 STT, 1 TTS, 2 LLM): fixed inside a namespace of our own, free
         ones on this host's loopback."""
         if not hasattr(self, "_ports"):
-            self._ports = [BASE_PORT + k for k in range(3)] if self.link else [_free_port() for _ in range(3)]
+            self._ports = [BASE_PORT + k for k in range(3)] if self.link else [free_port() for _ in range(3)]
         return self._ports[k]
 
     async def __aenter__(self) -> "Deployment":
@@ -258,14 +259,6 @@ class _Warmed:
             close = getattr(port, "aclose", None)
             if close is not None:
                 await close()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def check_network(items: list[Plan]) -> str | None:

@@ -57,10 +57,10 @@ class RayServeArrangement:
         from ..server.ray_driver import deploy, wait_ready
         from ..server.ray_serve import ScaleOptions
         from . import ray_cluster
-        from .hosting import _free_port
+        from ..adapters.llama_server import free_port
         from .remote.target import RemoteTarget, parse_target
 
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         t0 = time.perf_counter()
         self.cluster = ray_cluster.connect("local", num_cpus=psutil.cpu_count() or 2)
         self.cold["cluster"] = round(1000.0 * (time.perf_counter() - t0), 1)

@@ -31,7 +31,7 @@ def bench(*, address: str, workers: int | None, cpus: int | None, spec: dict[str
         typer.Exit: 2 on a bad cluster address, a missing Ray, or more workers than CPUs.
     """
     from . import ray_cluster
-    from .cli import _fail, err, print_summary
+    from .clishow import _fail, err, print_summary
     from .ray_load import run_ray_bench
     from .summary import run_summary
 
@@ -117,7 +117,7 @@ def bench_target(*, address: str, workers: int | None, cpus: int | None, url: st
                  note: str | None, call_timeout: float, report: Path | None, json_out: bool) -> None:
     """``bench --ray --target URL``: every actor calls the target over its own sockets (and
     transcribes what its callers heard with its own Whisper). The target is probed first."""
-    from .cli import _fail, _open, _store_flag
+    from .clishow import _fail, _open, _store_flag
     from .remote.cli import make_target, remote_conditions
     from .suite import load_suite, scenario_hash
     try:

@@ -29,7 +29,6 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import numpy as np
 import soxr
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

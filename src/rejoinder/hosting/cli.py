@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         """Serve one model stage: TTS over Cartesia Sonic's WebSocket or a SageMaker-shaped
         response stream, STT over Cartesia Ink's WebSocket, LLM over the OpenAI chat API."""
         from ..cliout import console as make_console
-        from ..cliout import error, plain
+        from ..cliout import error
         from ..errors import RejoinderError
         from ..ports import PortError
         from .wire import ServerFaults

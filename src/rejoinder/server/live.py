@@ -25,8 +25,8 @@ from .. import telemetry
 from ..agent import Agent
 from ..clock import RealClock
 from ..events import CallEnd, Event, EventBus
-from ..session import LINE_RATE, Session, Stack
-from ..stages import Stamper
+from ..livesession import LiveSession
+from ..session import Stack
 from ..timeline import CallTranscript, Timeline
 from ..tools import CallContext
 from ..turns import TurnPolicy
@@ -35,10 +35,7 @@ from .store import CallRecord
 
 log = logging.getLogger("rejoinder.server")
 
-FRAME = 320            # 20 ms at 16 kHz
-FRAME_MS = 20.0
-GAP_MS = 100.0         # a hole in the caller's audio longer than this is filled with silence
-RESYNC_MS = 200.0      # a pacing loop this late skips ahead instead of bursting
+from ..livesession import FRAME, FRAME_MS, GAP_MS, RESYNC_MS  # noqa: E402,F401
 
 Out = Union[str, bytes, Callable[[], Union[str, bytes]]]  # a callable is rendered at send time
 
@@ -70,7 +67,6 @@ class LiveCall:
         self.transport = transport
         self.clock = RealClock()
         self.bus = EventBus()
-        self.st = Stamper(call_id, self.clock, self.bus)
         self.record = record
         self.timeline = Timeline(record.timeline_path)
         self.bus.subscribe(self.timeline)
@@ -79,9 +75,13 @@ class LiveCall:
         self.bus.subscribe(self._on_event)
         self.telemetry = telemetry.observe_call(self.bus, call_id, self.clock, transport=transport)
         self.ctx = ctx
-        self.session = Session(self.st, stack, agent, ctx, policy=policy,
-                               max_seconds=max_call_s + 60.0, caller_side_playout=False,
-                               downstream_lag_ms=downstream_lag_ms, **session_kw)
+        # the public live-session API, paced here (this loop also drives the downlink)
+        self.live = LiveSession(stack, agent, call_id=call_id, ctx=ctx, policy=policy,
+                                clock=self.clock, bus=self.bus, downstream_lag_ms=downstream_lag_ms,
+                                greet=False, max_seconds=max_call_s + 60.0, **session_kw)
+        self.live.on_caller_frame = self._caller_frame
+        self.session = self.live.session
+        self.st = self.live.st
         self.max_call_ms = max_call_s * 1000.0
         self.downlink: Downlink | None = None
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
@@ -89,10 +89,6 @@ class LiveCall:
                                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.ended: CallEnded | None = None
         self._failure: CallEnded | None = None
-        self._buf = np.zeros(FRAME, dtype=np.int16)
-        self._fill = 0
-        self._fed = 0                      # caller samples given to the session
-        self._origin: float | None = None  # call-clock time of caller sample 0
         self._downstream_lag_ms = downstream_lag_ms
 
     # --- caller audio in -----------------------------------------------------------------------
@@ -104,34 +100,19 @@ class LiveCall:
         Raises:
             CallEnded: ``TIMEOUT`` when the caller's audio exceeds the call length limit.
         """
-        if self._origin is None:
-            self._origin = t_ms if t_ms is not None else self.clock.now_ms() - 1000.0 * len(pcm) / LINE_RATE
-            self.record.caller_origin_ms = self._origin
-        if t_ms is not None and self._fill == 0:
-            gap = t_ms - self.caller_ms()
-            if gap > GAP_MS:
-                self._push(np.zeros(int(gap * LINE_RATE / 1000) // FRAME * FRAME, dtype=np.int16))
-        self._push(pcm)
+        if self.record.caller_origin_ms is None:
+            self.record.caller_origin_ms = (t_ms if t_ms is not None else
+                                            self.clock.now_ms() - 1000.0 * len(pcm) / 16000.0)
+        self.live.push(pcm, t_ms)
 
     def caller_ms(self) -> float:
         """Call-clock time of the next caller sample."""
-        return (self._origin or 0.0) + 1000.0 * (self._fed + self._fill) / LINE_RATE
+        return self.live.caller_ms()
 
-    def _push(self, pcm: np.ndarray) -> None:
-        pos = 0
-        while pos < len(pcm):
-            take = min(FRAME - self._fill, len(pcm) - pos)
-            self._buf[self._fill:self._fill + take] = pcm[pos:pos + take]
-            self._fill += take
-            pos += take
-            if self._fill == FRAME:
-                t = self._origin + 1000.0 * self._fed / LINE_RATE
-                if t - self._origin > self.max_call_ms:
-                    raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
-                self.record.caller(self._buf)
-                self.session.on_frame(self._buf, t)
-                self._fed += FRAME
-                self._fill = 0
+    def _caller_frame(self, frame: np.ndarray, t_ms: float) -> None:
+        if t_ms - (self.record.caller_origin_ms or 0.0) > self.max_call_ms:
+            raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
+        self.record.caller(frame)
 
     # --- what the caller's side reports --------------------------------------------------------
     def client_stamp(self, name: str, turn_id: int, t_ms: float, **data: Any) -> str | None:
@@ -188,12 +169,10 @@ class LiveCall:
                 raise await self._agent_ended()  # confirmed its last reply played (or the watchdog)
             if self.clock.now_ms() - t > RESYNC_MS:
                 t = self.clock.now_ms()
-            r = playout.reply
-            before = r.played if r is not None else 0
-            frame = self.session.tick_playout(t)
+            frame, turn_id = self.live.tick(t)
             self.record.agent(frame, t)
-            if r is not None and r.played > before and self.downlink is not None:
-                self.send(self.downlink.audio(r.turn_id, frame, t))
+            if turn_id is not None and self.downlink is not None:
+                self.send(self.downlink.audio(turn_id, frame, t))
             if playout.held != held and self.downlink is not None:
                 held = playout.held
                 self.send(self.downlink.held(held))

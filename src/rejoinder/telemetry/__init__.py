@@ -29,7 +29,6 @@ Raises:
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -41,28 +40,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["otel_requested", "configure", "install", "active", "observe_call", "shutdown"]
 
+from .env import _on, capture_content, otel_requested  # noqa: E402,F401 — re-exported
+
 _UNSET: Any = object()
 _active: Any = _UNSET
 _lock = threading.Lock()
 _atexit = False
-
-
-def _on(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def otel_requested(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the standard OpenTelemetry variables ask for export."""
-    env = os.environ if environ is None else environ
-    if _on(env.get("OTEL_SDK_DISABLED")):
-        return False
-    return bool(env.get("OTEL_SERVICE_NAME")) or any(
-        k.startswith("OTEL_EXPORTER_OTLP_") and v for k, v in env.items())
-
-
-def capture_content(environ: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return _on(env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))
 
 
 def configure(*, prometheus: bool = False, environ: Mapping[str, str] | None = None) -> "Telemetry | None":

@@ -16,7 +16,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError, MissingExtra
-from . import capture_content, otel_requested
+from .env import capture_content, otel_requested
 
 log = logging.getLogger("rejoinder.telemetry")
 
@@ -158,7 +158,11 @@ class Telemetry:
         except ImportError as exc:
             raise MissingExtra("the OpenTelemetry SDK (telemetry is switched on by OTEL_* variables)",
                                "opentelemetry-sdk opentelemetry-exporter-otlp") from exc
-        from .. import __version__
+        from importlib.metadata import PackageNotFoundError, version
+        try:  # not `from .. import __version__`: the package imports this module back
+            __version__ = version("rejoinder")
+        except PackageNotFoundError:
+            __version__ = "unknown"
         for name in _OTLP_LOGGERS:  # one warning of ours instead of one per failed batch
             logging.getLogger(name).setLevel(logging.CRITICAL)
         attrs = {"service.version": __version__}

@@ -27,7 +27,6 @@ from typing import Any
 
 from ...caller import RenderedTurn, SimulatedCaller
 from ...callrun import CallResult, Overtalk
-from ...clock import RealClock
 from ...recording import WavWriter
 from .jitter import JitterBuffer
 from .links import CallFailed, Link, TargetError

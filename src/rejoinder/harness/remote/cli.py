@@ -66,12 +66,15 @@ def make_target(url: str, protocol: str, token: str | None, jitter_ms: float):
 def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float, suite: str | None,
           only: list[str] | None, tags: list[str] | None, levels: list[int], repeat: int, hosting: str | None,
           network: str | None, note: str | None, store: str | None, artifacts: Path | None, keep_audio: bool,
-          call_timeout: float, report: Path | None, json_out: bool) -> None:
-    """The remote branch of ``rejoinder bench`` (options as there)."""
+          call_timeout: float, report: Path | None, json_out: bool, ui: Any) -> None:
+    """The remote branch of ``rejoinder bench`` (options as there). ``ui``: the harness CLI
+    module (its error, store and summary helpers; passed in, so this module does not import
+    the one that imports it)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench import BenchOptions, run_bench
-    from ..cli import _fail, _open, _store_flag, err, print_summary
+    _fail, _open, _store_flag, err, print_summary = (ui._fail, ui._open, ui._store_flag, ui.err,
+                                                     ui.print_summary)
     from ..suite import load_suite, scenario_hash
     from ..summary import run_summary
 
