@@ -215,3 +215,39 @@ async def test_grammar_constrained_calls_in_every_format(llama_llm, name):
     # eager needs an empty call list: in these formats it decides as lazy does
     engine.tool_mode = "eager"
     assert not engine.eager_decides
+
+
+def test_llm_model_reaches_the_stack_and_the_run_conditions(tmp_path):
+    """``--llm-model`` (``load_config(llm_model=…)``) sets ``stack.llama.model_path``; validation
+    checks the file before any model loads; the run conditions record its format and sha256."""
+    from rejoinder.adapters.llama_llm import smollm2_model_path
+    from rejoinder.adapters.registry import file_sha256, validate
+    from rejoinder.config import load_config
+    from rejoinder.harness.conditions import models
+
+    path = smollm2_model_path()
+    cfg = load_config(None, tts="espeak", llm_model=path)
+    assert cfg.stack.llm == "smollm2" and cfg.stack.llama.model_path == str(path)
+    validate(cfg.stack)
+    llm = models(cfg)["llm"]
+    assert llm["chat_format"] == "smollm2" and llm["sha256"] == file_sha256(path)
+    assert llm["files"][0]["sha256"] == llm["sha256"] and llm["model"] == path.stem
+    with pytest.raises(ConfigError, match="--llm-model runs a GGUF in-process"):
+        load_config(None, llm="openai", llm_model=path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        validate(load_config(None, llm="llama", llm_model=tmp_path / "missing.gguf").stack)
+    with pytest.raises(ConfigError, match="cannot tell the chat format"):
+        validate(load_config(None, llm_model=write_gguf(tmp_path / "m.gguf", None, "Mystery")).stack)
+
+
+def test_the_cli_names_a_bad_model_file_and_the_fix(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "1000"}  # one line however long tmp_path is
+    proc = subprocess.run([sys.executable, "-m", "rejoinder", "call", str(tmp_path / "c.yaml"),
+                           "--llm-model", str(tmp_path / "none.gguf")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert "none.gguf does not exist" in proc.stderr and "--llm-model" in proc.stderr
