@@ -251,3 +251,37 @@ def test_the_cli_names_a_bad_model_file_and_the_fix(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2
     assert "none.gguf does not exist" in proc.stderr and "--llm-model" in proc.stderr
+
+
+def test_a_bare_hermes_call_is_read_as_a_call_and_never_spoken(llama_llm, monkeypatch):
+    """Qwen2.5-Coder-0.5B writes ``{"name": …}`` without ``<tool_call>``: with calls allowed it
+    becomes a call (written under the grammar, in the canonical layout); with ``tool_choice``
+    "none" it ends the reply. The first sampling pass is scripted, the call's are the model's."""
+    import threading
+
+    from rejoinder.adapters._llama_engine import ChatEngine
+    from rejoinder.ports import LLMRequest
+
+    engine = ChatEngine(llama_llm._llm, chat_format="hermes")
+    real = engine._pieces
+    scripted = ["One moment.", ' {"', "name", '": "', "lookup_order", '", "arguments": {}}']
+    state = {"first": True}
+
+    def pieces(*args, **kwargs):
+        if state.pop("first", False):
+            return iter(scripted)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_pieces", pieces)
+    req = LLMRequest(tuple(TURNS), tools=TOOLS, temperature=0.0)
+    with llama_llm._lock:
+        out = list(engine.generate(req, threading.Event()))
+    assert out[0] == "One moment." and "".join(x for x in out if isinstance(x, str)) == "One moment. "
+    calls = [x for x in out if isinstance(x, ToolCall)]
+    assert len(calls) == 1 and calls[0].name in {t.name for t in TOOLS}
+    assert_valid_call(calls[0])
+    state["first"] = True
+    with llama_llm._lock:
+        out = list(engine.generate(LLMRequest(tuple(TURNS), tools=TOOLS, tool_choice="none"),
+                                   threading.Event()))
+    assert out == ["One moment.", " "]

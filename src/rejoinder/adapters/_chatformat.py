@@ -63,6 +63,9 @@ class ChatFormat:
         template: Jinja chat template (None: SmolLM2's Python renderer).
         bos_token: BOS text the template may write; removed from the start of a rendered
             prompt, because the tokenizer adds BOS itself.
+        alt_opens: other text a model of this format writes to open a call, read as
+            ``call_open`` (Hermes: a bare ``{"name": "``, which Qwen2.5-Coder-0.5B writes
+            without the tags); the call is then written and kept in the canonical layout.
     """
 
     name: str
@@ -75,6 +78,7 @@ class ChatFormat:
     template: str | None = None
     bos_token: str = ""
     eos_token: str = ""
+    alt_opens: tuple[str, ...] = ()
     _compiled: Any = field(default=None, compare=False, repr=False)
 
     #: with ``empty_call``: the text sampled under :data:`decide_grammar` right after the opener,
@@ -276,7 +280,7 @@ def make_format(name: str, template: str | None = None, *, bos_token: str = "",
     if name == "hermes":
         return ChatFormat("hermes", TOOL_CALL_OPEN, TOOL_CALL_CLOSE, '\n{"name": "', False,
                           call_tail="\n" + TOOL_CALL_CLOSE, template=src, bos_token=bos_token,
-                          eos_token=eos_token)
+                          eos_token=eos_token, alt_opens=('{"name": "',))
     if name == "llama3":
         return ChatFormat("llama3", '{"name": "', "", "", False, args_key="parameters",
                           template=src, bos_token=bos_token, eos_token=eos_token)

@@ -291,7 +291,8 @@ class ChatEngine:
         grammar; ``"stop"``: it ends the reply; None: it is plain text."""
         grammar = self._schema_grammar(request.json_schema) if request.json_schema else None
         call_open = self.format.call_open
-        scanner = SentinelScanner(((call_open,) if opener else ()) + tuple(request.stop))
+        openers = (call_open, *self.format.alt_opens)
+        scanner = SentinelScanner((openers if opener else ()) + tuple(request.stop))
         said = ""
         for piece in self._pieces(self._tokens(prompt), request.temperature, grammar,
                                   request.max_tokens, stop, first):
@@ -299,7 +300,7 @@ class ChatEngine:
             if safe:
                 said += safe
                 yield safe
-            if hit == call_open and opener == "call":
+            if hit in openers and opener == "call":  # an alternative opener: written canonically
                 head = self._tokens(prompt + said + call_open)
                 calls = self._calls(head, request, stop, True, False)
                 if calls:
