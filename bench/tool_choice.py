@@ -29,7 +29,12 @@ then what the tool machinery costs before the first delta (tool_choice none vs a
 eager on the small-talk items, interleaved).
 
     PYTHONPATH=src .venv/bin/python bench/tool_choice.py [--designs lazy,eager-fewshot]
-        [--agent SPEC] [--limit N] [--cost-rounds 3] [--json]
+        [--agent SPEC] [--model PATH [--chat-format auto]] [--limit N] [--cost-rounds 3] [--json]
+
+``--model`` runs any local GGUF (default: the bundled SmolLM2-135M-Instruct) in its own chat
+format (``LlamaLLM.format``, read from the GGUF's metadata). Eager decides inside the call only in
+a format with an empty call list (SmolLM2's); with the others it behaves as lazy. The
+``fewcall``/``nocall`` examples are written in SmolLM2's call syntax whatever the model.
 
 Wall-clock figures are noisy on a shared machine; accuracy at temperature 0 is deterministic.
 """
@@ -44,7 +49,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from _agent_requests import EXAMPLES, SCHEMAS, DemoCall, agent_for, make_llm, variant, warm
+from _agent_requests import EXAMPLES, DemoCall, agent_for, make_llm, variant, warm
 from rejoinder.app.support import _digits, parse_time
 from rejoinder.ports import LLMRequest, PortError, ToolCall, ToolDecision
 
@@ -260,7 +265,7 @@ def summarise(name: str, rows: list[dict]) -> dict:
             "rows": rows}
 
 
-def print_table(results: list[dict], agent_name: str) -> None:
+def print_table(results: list[dict], agent_name: str, model: str = "SmolLM2-135M-Instruct Q4_1") -> None:
     head = ("design", "right tool", "right args", "no tool", "overall", "call ms p50",
             "text TTFT ms p50")
     print(f"{head[0]:24s} " + " ".join(f"{h:>16s}" for h in head[1:]))
@@ -273,7 +278,7 @@ def print_table(results: list[dict], agent_name: str) -> None:
     n = results[0]
     print(f"(agent {agent_name!r}; {n['tool_items']} tool items, "
           f"{n['items'] - n['tool_items']} small-talk items; temperature 0; "
-          f"SmolLM2-135M-Instruct Q4_1)")
+          f"{model})")
 
 
 async def _first_delta_ms(llm, req: LLMRequest) -> tuple[float, bool]:
@@ -312,15 +317,20 @@ async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
 
 
 async def main(designs: list[str], agent_spec: str | None, limit: int | None,
-               cost_rounds: int) -> dict:
+               cost_rounds: int, model: str | None = None, chat_format: str = "auto") -> dict:
     base = agent_for(agent_spec)
     items = ITEMS[:limit] if limit else ITEMS
-    llm = make_llm()
+    llm = make_llm(**({"model_path": model, "chat_format": chat_format} if model else {}))
+    from rejoinder.adapters.registry import file_sha256
+    model_info = {"model": llm.model_name, "chat_format": llm.format.name,
+                  "sha256": file_sha256(llm.model_path)}
+    print(f"model {model_info['model']} ({model_info['chat_format']} format, sha256 "
+          f"{model_info['sha256'][:16]}…)", file=sys.stderr)
     default_mode = llm.tool_mode
     results = [await run_design(llm, base, name, items) for name in designs]
     cost = await decision_cost(llm, base, items, cost_rounds) if cost_rounds else None
-    return {"agent": base.name, "default_tool_mode": default_mode, "designs": results,
-            "decision_cost": cost}
+    return {"agent": base.name, **model_info, "default_tool_mode": default_mode,
+            "designs": results, "decision_cost": cost}
 
 
 if __name__ == "__main__":
@@ -331,6 +341,10 @@ if __name__ == "__main__":
     ap.add_argument("--agent", default=None,
                     help="agent spec (YAML, module:attribute or bundled name; default: support); "
                          "the items assume the support agent's four tools")
+    ap.add_argument("--model", default=None,
+                    help="a local GGUF file (default: the bundled SmolLM2-135M-Instruct)")
+    ap.add_argument("--chat-format", default="auto",
+                    help="auto (from the GGUF's metadata) | smollm2 | hermes | llama3")
     ap.add_argument("--limit", type=int, default=None, help="first N items only (smoke run)")
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="rounds of the none/lazy/eager first-delta comparison (0: skip)")
@@ -342,11 +356,11 @@ if __name__ == "__main__":
             parse_design(d)
     except ValueError as exc:
         sys.exit(str(exc))
-    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds))
+    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format))
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        print_table(out["designs"], out["agent"])
+        print_table(out["designs"], out["agent"], f"{out['model']}, {out['chat_format']} format")
         cost = out["decision_cost"]
         if cost:
             c = cost["first_delta_ms_p50"]

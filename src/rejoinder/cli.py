@@ -64,7 +64,9 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
                                              "bundled name (default: support)"),
          config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
          tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
-         llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
+         llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | llama | openai"),
+         llm_model: Optional[Path] = typer.Option(None, "--llm-model", help="a local GGUF for the "
+                                                  "in-process LLM (chat format from its metadata)"),
          json_out: bool = typer.Option(False, "--json", help="one JSON object per turn on stdout"),
          target: Optional[str] = typer.Option(None, help="call an agent over a socket instead: ws://HOST:PORT/PATH"),
          protocol: str = typer.Option("auto", help="with --target: twilio | rejoinder | auto"),
@@ -80,7 +82,7 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
             result, sc = remote_cli.call(source=source, target_url=target, protocol=protocol, token=target_token,
                                      jitter_ms=jitter_ms, out=out, json_out=json_out)
         else:
-            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm, llm_model=llm_model)
             from .adapters.registry import validate
             validate(cfg.stack)
             runtime = Runtime(cfg)
@@ -134,11 +136,14 @@ def print_expectations(sc, result) -> None:
 def demo(out: Path = typer.Option(Path("out/demo")),
          agent: Optional[str] = typer.Option(None, help="the agent (default: support)"),
          tts: Optional[str] = typer.Option(None, help="piper | espeak"),
-         llm: Optional[str] = typer.Option(None, help="smollm2 | openai"),
+         llm: Optional[str] = typer.Option(None, help="smollm2 | llama | openai"),
+         llm_model: Optional[Path] = typer.Option(None, "--llm-model", help="a local GGUF for the "
+                                                  "in-process LLM (chat format from its metadata)"),
          json_out: bool = typer.Option(False, "--json")) -> None:
     """Run the bundled real-speech call (Asterisk prompts, CC-BY-SA-3.0, voice: Allison Smith)
     against the LLM-driven support agent (or ``--agent``)."""
-    call(BUNDLED_CALL, out=out, agent=agent, config=None, tts=tts, llm=llm, json_out=json_out, target=None)
+    call(BUNDLED_CALL, out=out, agent=agent, config=None, tts=tts, llm=llm, llm_model=llm_model,
+         json_out=json_out, target=None)
 
 
 @app.command()

@@ -41,12 +41,15 @@ class AgentConfig(BaseModel):
 
 
 def load_config(path: str | Path | None, *, agent: str | None = None, tts: str | None = None,
-                llm: str | None = None) -> AgentConfig:
+                llm: str | None = None, llm_model: str | Path | None = None) -> AgentConfig:
     """Load an :class:`AgentConfig` from YAML/JSON (``None``: the embedded defaults), then apply
-    the command line's choices: ``agent`` (``--agent``), ``tts`` and ``llm`` (adapter names).
+    the command line's choices: ``agent`` (``--agent``), ``tts`` and ``llm`` (adapter names),
+    ``llm_model`` (``--llm-model``: a local GGUF for the in-process llama.cpp LLM, i.e.
+    ``stack.llama.model_path``; the file itself is checked by ``registry.validate``).
 
     Raises:
-        ConfigError: unreadable file, bad syntax, or an invalid/unknown field (named).
+        ConfigError: unreadable file, bad syntax, an invalid/unknown field (named), or
+            ``llm_model`` with an LLM adapter that does not run GGUF files.
     """
     cfg = _load(path)
     if agent:
@@ -55,6 +58,13 @@ def load_config(path: str | Path | None, *, agent: str | None = None, tts: str |
         cfg.stack.tts = tts
     if llm:
         cfg.stack.llm = llm
+    if llm_model:
+        from .adapters.registry import LLAMA_ADAPTERS
+        if cfg.stack.llm not in LLAMA_ADAPTERS:
+            raise ConfigError(f"--llm-model runs a GGUF in-process, but the LLM adapter is "
+                              f"{cfg.stack.llm!r}; drop --llm {cfg.stack.llm} (or set stack.llm "
+                              f"to 'llama') to use {llm_model}")
+        cfg.stack.llama.model_path = str(Path(llm_model).expanduser())
     return cfg
 
 

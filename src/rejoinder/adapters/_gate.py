@@ -8,8 +8,9 @@ Two scorings were measured on SmolLM2-135M over the 38 utterances of ``bench/too
 - the call-opener likelihood ``P(<tool_call>[{"name": "t"…)`` vs ``P(no call)`` in the chat
   prompt itself: margins for calls and small talk overlap (right tool ≈ 44 % at the best
   threshold);
-- **label likelihoods in a narrow few-shot prompt** (this module): right tool 73 %, spurious calls
-  17 % on the same items, tool examples written apart from them.
+- **label likelihoods in a narrow few-shot prompt** (this module): right tool 73 % with 1 of 12
+  small-talk items calling (4 tools); with the support agent's 6 tools (transfer and end call
+  added) 59 % at most 1 of 9, tool examples written apart from the items.
 
 So the gate asks the model one narrow question in a prompt of its own, rendered as plain text so
 that it works with any GGUF whatever its chat format::
@@ -27,8 +28,8 @@ that it works with any GGUF whatever its chat format::
 
 and reads ``log P(label)`` for every allowed tool and for ``none`` in one pass. Scores are
 corrected by *contextual calibration* (Zhao et al., "Calibrate Before Use: Improving Few-Shot
-Performance of Language Models", ICML 2021): the log-probabilities the same prompt gives a
-content-free message (``N/A``) are subtracted, which removes the labels' prior bias. The model
+Performance of Language Models", ICML 2021): the mean log-probabilities the same prompt gives
+content-free messages (``N/A``, an empty one, ``...``) are subtracted, which removes the labels' prior bias. The model
 then calls ``argmax_t`` when ``log Σ_t P(t) − log P(none)`` (corrected) reaches a threshold
 calibrated on labelled utterances (:mod:`rejoinder.calibrate`; a likelihood-ratio decision).
 
@@ -68,7 +69,9 @@ CALIBRATED: dict[str, float] = {"SmolLM2-135M-Instruct.Q4_1": 6.0}
 _HEAD = ("Each caller message is labelled with what the assistant must do: {labels}, or none "
          "(just talk: greetings, thanks, goodbyes, and questions no tool answers).\n\n")
 _OPENING = "How can I help?"
-_CONTENT_FREE = "N/A"
+#: content-free messages whose mean label log-probabilities are the labels' prior bias (Zhao et
+#: al. 2021 average several such inputs)
+_CONTENT_FREE = ("N/A", "", "...")
 
 
 @dataclass(frozen=True)
@@ -168,8 +171,13 @@ class LabelGate:
         self.label = {t.name: label_of(t.name) for t in tools}
         labels = ", ".join(f"{self.label[t.name]} ({_one_line(t.description).rstrip('.')})"
                            for t in tools)
-        shots = [(x, self.label[t.name]) for t in tools for x in t.examples]
-        shots += [(x, NONE_LABEL) for x in talk_examples]
+        # round robin over the labels (tools, then talk): no label's examples sit together at the
+        # end, where a small model's recency bias would favour it
+        groups = [[(x, self.label[t.name]) for x in t.examples] for t in tools]
+        groups.append([(x, NONE_LABEL) for x in talk_examples])
+        shots: list[tuple[str, str]] = []
+        for rnd in range(max(map(len, groups))):
+            shots += [g[rnd] for g in groups if rnd < len(g)]
         self.prefix = _HEAD.format(labels=labels) + "".join(
             self._block(_OPENING, say) + f" {label}\n\n" for say, label in shots)
         self.key = "gate:" + hashlib.sha256(self.prefix.encode("utf-8")).hexdigest()[:16]
@@ -230,7 +238,8 @@ class LabelGate:
         caller holds the model's lock and the gate's cache key is active)."""
         if self._bias is None:
             labels = [*self.label.values(), NONE_LABEL]
-            self._bias = self._raw(llm, self._block(_OPENING, _CONTENT_FREE), labels)
+            rows = [self._raw(llm, self._block(_OPENING, x), labels) for x in _CONTENT_FREE]
+            self._bias = {lab: sum(r[lab] for r in rows) / len(rows) for lab in labels}
 
     def score(self, llm: Any, messages: Sequence[ChatMessage],
               allowed: Sequence[str] | None = None) -> GateScores:

@@ -4,7 +4,9 @@
 :class:`~rejoinder.ports.ToolCall` objects on a given ``Llama``. It takes no lock and keeps no
 per-conversation state: :class:`~rejoinder.adapters.llama_llm.LlamaLLM` (in-process) and the chat
 handler of :mod:`rejoinder.adapters.llama_server` (behind llama-cpp-python's OpenAI-compatible
-server) wrap it, so both behave alike. Prompt format and grammars: :mod:`._toolcall`.
+server) wrap it, so both behave alike. The chat and tool-call format (rendering, call opener and
+closer, parsing) is a :class:`._chatformat.ChatFormat` read from the model's GGUF metadata;
+grammars: :mod:`._toolcall`.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any, Iterator
 
 from ..errors import ConfigError
 from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
+from ._chatformat import ChatFormat, format_for
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._kvcache import common_prefix, reuse_shifted
-from ._toolcall import (DECIDE_GRAMMAR, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
+from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
-                        names_grammar, object_plan, parse_calls, render_prompt, value_grammar)
+                        names_grammar, object_plan, value_grammar)
 
 TOOL_MODES = ("gate", "lazy", "eager")
 
@@ -44,6 +47,13 @@ class RequestStats:
 
 class ChatEngine:
     """Generates one assistant message on ``llm`` (a ``llama_cpp.Llama``).
+
+    **Format.** ``chat_format`` (a :class:`._chatformat.ChatFormat`, a format name, or None: read
+    from ``llm.metadata``, :func:`._chatformat.detect_format`) renders the prompt and gives the
+    call opener (``format.call_open``; ``<tool_call>`` below), the call's layout and its parser;
+    ``tool_prompt`` and ``tool_result_prompt`` shape the ``smollm2`` format only (a template
+    lists tools and results its own way). Eager mode needs a format with an empty call list
+    (``format.empty_call``); with the others it behaves as lazy.
 
     **Tool calling.** ``LLMRequest.tools`` are listed in the system prompt (``tool_prompt``). With
     ``tool_choice="required"`` or a tool's name the reply starts with ``<tool_call>`` and is
@@ -76,19 +86,26 @@ class ChatEngine:
     (greedy at 0), seeded with ``seed`` per request.
 
     Raises:
-        ConfigError: an unknown ``tool_mode`` or a ``tool_prompt`` without ``{tools}``.
+        ConfigError: an unknown ``tool_mode``, a ``tool_prompt`` without ``{tools}``, a format
+            that cannot be determined, or ``max_tool_calls > 1`` with a format other than smollm2.
     """
 
     def __init__(self, llm: Any, *, seed: int = 0, tool_prompt: str = DEFAULT_TOOL_PROMPT,
                  tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
-                 tool_threshold: float = 0.0, threshold_source: str = "default") -> None:
+                 tool_threshold: float = 0.0, threshold_source: str = "default",
+                 chat_format: ChatFormat | str | None = None) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
         if "{tools}" not in tool_prompt:
             raise ConfigError("tool_prompt must contain '{tools}' (where the tool list goes)")
         self._llm = llm
+        self.format = (chat_format if isinstance(chat_format, ChatFormat)
+                       else llama_format(llm, chat_format))
+        if max_tool_calls > 1 and self.format.name != "smollm2":
+            raise ConfigError(f"max_tool_calls > 1 is supported in the smollm2 format only, not "
+                              f"{self.format.name!r}; set llama.max_tool_calls to 1")
         self.seed = seed
         self.tool_prompt = tool_prompt
         self.tool_result_prompt = tool_result_prompt
@@ -145,9 +162,13 @@ class ChatEngine:
 
     def prompt(self, request: LLMRequest) -> str:
         """The prompt text of ``request`` (ending with the open assistant turn and the prefix)."""
-        return render_prompt(request.messages, request.tools, tool_prompt=self.tool_prompt,
-                             tool_result_prompt=self.tool_result_prompt,
-                             raw_calls=self._raw_calls) + request.prefix
+        return self.format.render(request.messages, request.tools, tool_prompt=self.tool_prompt,
+                                  tool_result_prompt=self.tool_result_prompt,
+                                  raw_calls=self._raw_calls) + request.prefix
+
+    def system_prefix(self, system: str, tools: Any = ()) -> str:
+        """The system turn (``system`` and ``tools``) as every prompt of the conversation starts."""
+        return self.format.system_prefix(system, tools, tool_prompt=self.tool_prompt)
 
     # -- sampling -----------------------------------------------------------------------------
     def _pieces(self, tokens: list[int], temperature: float, grammar: Any, max_tokens: int,
@@ -192,7 +213,7 @@ class ChatEngine:
 
     def _calls(self, head: list[int], request: LLMRequest, stop: threading.Event,
                allow_empty: bool, first: bool) -> list[ToolCall] | None:
-        """Sample the calls that follow ``head`` (prompt tokens ending with ``<tool_call>``).
+        """Sample the calls that follow ``head`` (prompt tokens ending with the call opener).
 
         One call per message (the default) is written piece by piece: the JSON structure and the
         argument keys are forced (evaluated as one prompt batch), only the decision (``]`` or a
@@ -228,7 +249,7 @@ class ChatEngine:
             raw = self._one_call(request, allow_empty, sample)
         if raw is None:
             return None
-        calls = parse_calls(raw, request.tools)
+        calls = self.format.parse(raw, request.tools)
         if calls:
             self._raw_calls[tuple(c.id for c in calls)] = raw
             if len(self._raw_calls) > 4096:
@@ -236,19 +257,21 @@ class ChatEngine:
         self.last_stats.tool_calls = len(calls)
         return calls
 
-    @staticmethod
-    def _one_call(request: LLMRequest, allow_empty: bool, sample: Any) -> str | None:
-        """``[{"name": …, "arguments": …}]</tool_call>`` (or ``[]</tool_call>``), forcing what
-        the schemas fix and sampling the rest with ``sample(text_so_far, gbnf, done)``."""
-        if allow_empty:
-            out = sample("[", DECIDE_GRAMMAR, lambda o: o.lstrip("\n")[:1] in ("]", "{"))
+    def _one_call(self, request: LLMRequest, allow_empty: bool, sample: Any) -> str | None:
+        """One call in the format's layout after its opener (SmolLM2:
+        ``[{"name": …, "arguments": …}]</tool_call>``, or ``[]</tool_call>``), forcing what the
+        schemas fix and sampling the rest with ``sample(text_so_far, gbnf, done)``."""
+        fmt = self.format
+        if allow_empty and fmt.empty_call:
+            out = sample(fmt.decide_text, fmt.decide_grammar,
+                         lambda o: o.lstrip("\n")[:1] in ("]", "{"))
             if out is None:
                 return None
             if out.lstrip("\n").startswith("]"):
-                return "[]" + TOOL_CALL_CLOSE
+                return fmt.empty_body
         tools = [t for t in request.callable_tools()  # allowed_tools: only these may be called
                  if request.tool_choice in ("auto", "required") or t.name == request.tool_choice]
-        text = '[{"name": "'
+        text = fmt.name_prefix
         if len(tools) == 1:
             name = tools[0].name
         else:
@@ -258,7 +281,7 @@ class ChatEngine:
             name = out[:-1]
         # forced text ends before the space that precedes a value, so the model writes the
         # space-and-quote token it knows (` "`) instead of continuing an unusual lone space
-        text += f'{name}", "arguments":'
+        text += f'{name}", "{fmt.args_key}":'
         schema = next(t for t in tools if t.name == name).parameters
         plan = object_plan(schema)
         if plan is None:  # optional or extra properties: sample the whole object
@@ -266,7 +289,7 @@ class ChatEngine:
                          lambda o: json_complete(o, "}"))
             if out is None:
                 return None
-            return text + out + "]" + TOOL_CALL_CLOSE
+            return text + out + fmt.call_tail
         text += " {"
         for i, (key, sub) in enumerate(plan):
             text += (" " if i else "") + json.dumps(key) + ":"
@@ -278,14 +301,16 @@ class ChatEngine:
             text += out
         if not plan:
             text += "}"
-        return text + "}]" + TOOL_CALL_CLOSE
+        return text + "}" + fmt.call_tail
 
     def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
               opener: str | None, first: bool) -> Iterator[LLMDelta]:
-        """Stream text after ``prompt``. ``opener="call"``: ``<tool_call>`` switches to the call
+        """Stream text after ``prompt``. ``opener="call"``: the call opener switches to the call
         grammar; ``"stop"``: it ends the reply; None: it is plain text."""
         grammar = self._schema_grammar(request.json_schema) if request.json_schema else None
-        scanner = SentinelScanner(((TOOL_CALL_OPEN,) if opener else ()) + tuple(request.stop))
+        call_open = self.format.call_open
+        openers = (call_open, *self.format.alt_opens)
+        scanner = SentinelScanner((openers if opener else ()) + tuple(request.stop))
         said = ""
         for piece in self._pieces(self._tokens(prompt), request.temperature, grammar,
                                   request.max_tokens, stop, first):
@@ -293,8 +318,8 @@ class ChatEngine:
             if safe:
                 said += safe
                 yield safe
-            if hit == TOOL_CALL_OPEN and opener == "call":
-                head = self._tokens(prompt + said + TOOL_CALL_OPEN)
+            if hit in openers and opener == "call":  # an alternative opener: written canonically
+                head = self._tokens(prompt + said + call_open)
                 calls = self._calls(head, request, stop, True, False)
                 if calls:
                     yield from calls
@@ -340,6 +365,11 @@ class ChatEngine:
         assistant prefix) the reply goes on lazily, else a small model calls again and again."""
         return bool(request.messages) and request.messages[-1].role == "user" and not request.prefix
 
+    @property
+    def eager_decides(self) -> bool:
+        """Eager mode decides inside the call (needs the format's empty call list)."""
+        return self.tool_mode == "eager" and self.format.empty_call
+
     def generate(self, request: LLMRequest, stop: threading.Event,
                  decision: ToolDecision | None = None) -> Iterator[LLMDelta]:
         """Yield the reply's text deltas and ToolCalls; stop before the next token once ``stop``
@@ -356,19 +386,19 @@ class ChatEngine:
         try:
             self._llm.set_seed(self.seed)
             if choice not in ("auto", "none"):
-                head = self._tokens(prompt + TOOL_CALL_OPEN)
+                head = self._tokens(prompt + self.format.call_open)
                 yield from self._calls(head, request, stop, False, True) or ()
             elif self.gates(request):
                 decision = decision or self.decide(request)
                 yield decision
                 if decision.chosen is not None:
-                    head = self._tokens(prompt + TOOL_CALL_OPEN)
+                    head = self._tokens(prompt + self.format.call_open)
                     forced = replace(request, tool_choice=decision.chosen)
                     yield from self._calls(head, forced, stop, False, False) or ()
                 else:
                     yield from self._text(prompt, request, stop, opener="stop", first=False)
-            elif choice == "auto" and self.tool_mode == "eager" and self._after_user(request):
-                head = self._tokens(prompt + TOOL_CALL_OPEN)
+            elif choice == "auto" and self.eager_decides and self._after_user(request):
+                head = self._tokens(prompt + self.format.call_open)
                 calls = self._calls(head, request, stop, True, True)
                 if calls:
                     yield from calls
@@ -383,3 +413,22 @@ class ChatEngine:
             raise
         except Exception as exc:
             raise PortError(f"llama.cpp failed: {type(exc).__name__}: {exc}") from exc
+
+
+def llama_format(llm: Any, chat_format: str | None = None) -> ChatFormat:
+    """The :class:`ChatFormat` of a loaded ``Llama``: from its GGUF metadata (``llm.metadata``)
+    unless ``chat_format`` names one; the BOS/EOS texts from its vocabulary.
+
+    Raises:
+        ConfigError: the format cannot be determined (see :func:`._chatformat.detect_format`).
+    """
+    meta = dict(getattr(llm, "metadata", None) or {})
+
+    def text(token: int) -> str:
+        try:
+            return llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
+        except Exception:  # noqa: BLE001 — a vocabulary without that token
+            return ""
+
+    return format_for(meta, chat_format, source=str(getattr(llm, "model_path", "the model")),
+                      bos_token=text(llm.token_bos()), eos_token=text(llm.token_eos()))

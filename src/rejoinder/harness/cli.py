@@ -43,7 +43,10 @@ def register(app: typer.Typer) -> None:
                                                   "or bundled name (default: support)"),
               config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
-              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
+              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | llama | openai"),
+              llm_model: Optional[Path] = typer.Option(None, "--llm-model", help="a local GGUF for "
+                                                       "the in-process LLM (chat format from its "
+                                                       "metadata)"),
               hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
                                                     "in-process, servers, managed-tts, ray-serve"),
               network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
@@ -94,7 +97,7 @@ def register(app: typer.Typer) -> None:
         suite = suite or suite_opt
         if target:
             local = [f"--{k}" for k, v in (("agent", agent), ("config", config), ("tts", tts), ("llm", llm),
-                                           ("faults", faults)) if v]
+                                           ("llm-model", llm_model), ("faults", faults)) if v]
             if local:
                 _fail(RejoinderError(f"{', '.join(local)} configure the in-process agent; with --target the agent "
                                      "is the target (configure it there)"))
@@ -124,7 +127,7 @@ def register(app: typer.Typer) -> None:
                 scs = [sc for sc in scs if set(tags) & set(sc.tags)]
                 if not scs:
                     raise RejoinderError(f"{label}: no scenario is tagged {', '.join(tags)}")
-            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm, llm_model=llm_model)
             if faults:
                 from ..adapters.faults import parse_faults
                 parse_faults(faults)

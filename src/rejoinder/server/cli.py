@@ -22,7 +22,10 @@ def register(app: typer.Typer) -> None:
                                                   "or bundled name (default: support)"),
               config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
               tts: Optional[str] = typer.Option(None, help="TTS adapter: piper | espeak"),
-              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | openai"),
+              llm: Optional[str] = typer.Option(None, help="LLM adapter: smollm2 | llama | openai"),
+              llm_model: Optional[Path] = typer.Option(None, "--llm-model", help="a local GGUF for "
+                                                       "the in-process LLM (chat format from its "
+                                                       "metadata)"),
               store: Path = typer.Option(Path("out/live"), help="folder for call recordings and timelines"),
               runs: Optional[str] = typer.Option(None, help="harness run store for live calls: a SQLite "
                                                  "file or postgresql://… (default: $REJOINDER_STORE or "
@@ -66,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
         console = make_console(stderr=True)
         try:
-            cfg = load_config(config, agent=agent, tts=tts, llm=llm)
+            cfg = load_config(config, agent=agent, tts=tts, llm=llm, llm_model=llm_model)
             validate(cfg.stack)  # an unknown adapter is an error now, not a crash after start-up
             if zero_cost:
                 from ..harness.zerocost import ZeroCostRuntime
