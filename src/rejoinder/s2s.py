@@ -133,7 +133,9 @@ class S2SSession:
                           messages=0, max_tokens=self.agent.llm.max_tokens,
                           temperature=self.agent.llm.temperature, tools=len(self.agent.tools))
             return
-        t = self._turn or self._new_turn()
+        if e.name in ("completionStart", "usageEvent") or (e.name == "contentStart" and e.role != "ASSISTANT"):
+            return
+        t = self._turn or self._new_turn()  # the service spoke first (a typed turn): a turn of its own
         if e.name == "textOutput" and e.role == "ASSISTANT":
             if e.interrupted:
                 self.playout.clear(now)
@@ -218,6 +220,7 @@ class S2SRuntime:
         self.agent = load_agent(agent if agent is not None else self.cfg.agent)
         self.service = service or NovaSonic()
         self.models = SimpleNamespace(stt=None, tts=None, llm=None, service=self.service)
+        self.no_reply_timeout_ms = 10000.0  # the simulated caller's patience for a reply (ms)
 
     async def warmup(self) -> None:
         """Nothing loads here: the models are the service's."""
@@ -260,7 +263,8 @@ class S2SRuntime:
         stream = await self.service.open(self.agent.instructions, schemas, max_tokens=self.agent.llm.max_tokens,
                                          temperature=self.agent.llm.temperature)
         session = S2SSession(st, stream, self.agent, ctx, model=self.service.model_name)
-        caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=False)
+        caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=False,
+                                 no_reply_timeout_ms=self.no_reply_timeout_ms)
         rec = WavWriter(out_dir / "call.wav", RATE, channels=2) if out_dir else None
         error, t, over = None, 0.0, Overtalk()
         try:

@@ -110,6 +110,7 @@ class Deployment:
     aws: tuple[str, str] = field(default_factory=lambda: ("AKID" + secrets.token_hex(8).upper(),
                                                           secrets.token_hex(16)))
     link: Link | None = None
+    agent_spec: Any = None  # the agent (speech-to-speech: its prompt warms the service)
     servers: dict[str, ServerProcess] = field(default_factory=dict)
     rtt: dict[str, Any] = field(default_factory=dict)
     _stack: AsyncExitStack | None = None
@@ -175,17 +176,21 @@ class Deployment:
     def s2s_url(self) -> str:
         return f"ws://{self.host}:{self._port(0)}"
 
-    async def _start_s2s(self, prefix: list[str]) -> None:
+    async def _start_s2s(self, prefix: list[str], agent: Any = None) -> None:
         """The speech-to-speech service alone; cold start = its first answered turn (a typed
-        "Hello." until the first ``audioOutput``)."""
+        "Hello." until the first ``audioOutput``), with the agent's instructions and tools (so its
+        prompt is prefilled, as the cascade's runtime warms up before the first call)."""
         from ..adapters.nova_sonic import NovaSonic
+        from ..agent import load_agent
 
         srv = ServerProcess("s2s-service", ["s2s", "--protocol", "nova-sonic", "--host", self.host, "--port",
                                             str(self._port(0))], prefix, log_path=str(self.logs / f"{self.index}-s2s.log"))
         self.servers = {"s2s": srv}
         self._stack.callback(srv.stop)  # type: ignore[union-attr]
         await srv.start()
-        stream = await NovaSonic(self.s2s_url).open("Answer in one short sentence.")
+        agent = load_agent(self.agent_spec)
+        stream = await NovaSonic(self.s2s_url).open(agent.instructions, tuple(t.schema for t in agent.tools.values()),
+                                                    max_tokens=agent.llm.max_tokens, temperature=agent.llm.temperature)
         try:
             stream.send_text("Hello.")
             async for e in stream.events():
@@ -344,7 +349,7 @@ async def run_plans(items: list[Plan], cfg: Any, scenarios: list, store: Any, op
     out: list[tuple[Plan, str, str]] = []
     logs.mkdir(parents=True, exist_ok=True)
     for i, plan in enumerate(items):
-        async with Deployment(plan, i, logs) as dep:
+        async with Deployment(plan, i, logs, agent_spec=cfg.agent) as dep:
             run_cfg = cfg.model_copy(deep=True)
             run_cfg.stack = dep.stack_config(cfg.stack)
             run_cfg.hosting = plan.arrangement

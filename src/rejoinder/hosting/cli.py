@@ -189,6 +189,7 @@ async def _serve_s2s(host: str, port: int, engine: str | None, initial_prompt: s
                                     asyncio.to_thread(_build_tts, engine))
     llm = await asyncio.to_thread(BUILDERS["llm"]["smollm2"], cfg)
     server = NovaSonicServer(stt, llm, tts, lambda: BUILDERS["vad"]["silero"](cfg))
+    await server.warmup()
     await _run_ws(server, host, port, f"/model/{DEFAULT_MODEL}/invoke-with-bidirectional-stream")
 
 

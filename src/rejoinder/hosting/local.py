@@ -80,3 +80,14 @@ async def nova_sonic(stt: STTPort, llm, tts: TTSPort, vad_factory, *, host: str 
 
     async with _listening(NovaSonicServer(stt, llm, tts, vad_factory), host) as pair:
         yield pair
+
+
+@asynccontextmanager
+async def sagemaker_bidi(stage: str, model, *, host: str = "127.0.0.1", faults: ServerFaults | None = None
+                         ) -> AsyncIterator[tuple[object, str]]:
+    """A :class:`~rejoinder.hosting.sagemaker_bidi_server.BidiContainer` for ``stage`` (stt | tts);
+    yields (container, ws base URL)."""
+    from .sagemaker_bidi_server import BidiContainer
+
+    async with _listening(BidiContainer(stage, model, faults=faults), host) as pair:
+        yield pair

@@ -34,6 +34,7 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import re
 import uuid
 from http import HTTPStatus
@@ -48,6 +49,7 @@ from ..ports import ChatMessage, LLMPort, LLMRequest, STTPort, ToolCall, ToolSch
 from ..text import SpeakableChunker, SpeechNormalizer
 from ..vad import VadTracker
 
+log = logging.getLogger(__name__)
 PATH_RE = re.compile(r"^/model/(?P<model>[^/]+)/invoke-with-bidirectional-stream$")
 ENDPOINT_SILENCE_MS = {"HIGH": 500.0, "MEDIUM": 800.0, "LOW": 1200.0}
 PREROLL_MS = 200.0
@@ -73,6 +75,29 @@ class NovaSonicServer:
         self.stt, self.llm, self.tts, self.vad_factory = stt, llm, tts, vad_factory
         self.chunk_ms = chunk_ms
         self.connections = self.sessions = self.turns = 0
+        self._warm: dict[int, asyncio.Future] = {}
+
+    def warm(self, system: str, tools: tuple[ToolSchema, ...]) -> asyncio.Future | None:
+        """Prefill ``system`` and ``tools`` into the LLM's KV cache once per distinct prompt
+        (sessions then reuse that prefix, as the cascade's runtime warms its agent's prompt)."""
+        warm = getattr(self.llm, "warmup", None)
+        if warm is None:
+            return None
+        key = hash((system, json.dumps([(t.name, t.description, t.parameters) for t in tools], sort_keys=True)))
+        if key not in self._warm:
+            self._warm[key] = asyncio.ensure_future(asyncio.to_thread(warm, system, tools))
+        return self._warm[key]
+
+    async def warmup(self) -> None:
+        """Run each model once (Whisper on 0.5 s of silence, Piper on one word), as the cascade's
+        runtime does before its first call."""
+        async def silence():
+            yield np.zeros(self.stt.sample_rate // 2, np.float32)
+
+        async for _ in self.stt.stream(silence()):
+            pass
+        async for _ in self.tts.stream("Ready."):
+            pass
 
     def process_request(self, connection, request):
         """Refuse a path other than the model's bidirectional-stream path (404)."""
@@ -96,7 +121,8 @@ class NovaSonicServer:
         except ProtocolError as exc:
             await _send_safe(ws, {"exception": {"type": "validationException", "message": str(exc)}})
             await ws.close(1008, "validation error")
-        except Exception:  # noqa: BLE001 — a broken client ends its own session only
+        except Exception as exc:  # noqa: BLE001 — a broken client ends its own session only
+            log.warning("session %s ended: %r", session.ids["sessionId"], exc)
             return
         finally:
             await session.stop()
@@ -144,7 +170,7 @@ class _Session:
             await self.ws.send(json.dumps(obj))
 
     async def stop(self) -> None:
-        for task in (self.reply, self.warm):
+        for task in (self.reply,):
             if task is not None and not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -263,10 +289,7 @@ class _Session:
                 fut.set_result(c["text"])
         elif c["role"] == "SYSTEM":
             self.system = c["text"]
-            warm = getattr(self.srv.llm, "warmup", None)
-            if warm is not None:  # prefill the system turn (and tools) into this session's KV cache
-                self.warm = asyncio.get_running_loop().create_task(asyncio.to_thread(
-                    warm, self.system, self.tools, self.ids["sessionId"]))
+            self.warm = self.srv.warm(self.system, self.tools)
         elif c["interactive"] and c["role"] == "USER":
             self._start_reply(None, c["text"])
         elif c["role"] in ("USER", "ASSISTANT"):
@@ -341,8 +364,6 @@ class _Session:
         user = typed if typed is not None else await self._transcribe(audio)  # type: ignore[arg-type]
         if not user:
             return
-        if self.warm is not None:
-            await asyncio.gather(self.warm, return_exceptions=True)
         if self.carry:  # a turn cut by more speech before anything was said: one turn
             user, self.carry = f"{self.carry} {user}", ""
         self.srv.turns += 1
@@ -354,6 +375,8 @@ class _Session:
                                                  textOutputConfiguration={"mediaType": "text/plain"}))
             await self.send(ev.out_event("textOutput", ids, contentId=cid, content=user, role="USER"))
             await self.send(ev.out_event("contentEnd", ids, contentId=cid, type="TEXT", stopReason="PARTIAL_TURN"))
+        if self.warm is not None:  # the system prompt's prefill (once per distinct prompt)
+            await asyncio.gather(asyncio.shield(self.warm), return_exceptions=True)
         turn = _Reply(self, ids)
         pending = [ChatMessage("user", user)]
         stop = "END_TURN"
