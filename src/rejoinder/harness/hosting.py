@@ -367,6 +367,12 @@ async def run_plans(items: list[Plan], cfg: Any, scenarios: list, store: Any, op
                 await agent.warmup()
                 extra = dep.conditions()
                 extra["hosting_arrangement"]["agent_cold_start_ms"] = agent.cold_start_ms
+                from .ledger import run_ledger
+                extra["data_boundary"] = opts.ledger = run_ledger(
+                    run_cfg, arrangement=plan.label, artifacts=str(opts.artifacts) if opts.artifacts else None,
+                    keep_audio=opts.keep_audio, store=str(getattr(store, "where", store.path)),
+                    s2s_endpoint=runtime.service.endpoint if plan.arrangement == "speech-to-speech" else None,
+                    server_logs=str(logs) if dep.servers else None)
                 conds = collect(run_cfg, concurrency=opts.levels, scenarios=opts.hashes, repeat=opts.repeat,
                                 suite=suite, agent=runtime.agent, arrangement=f"{plan.label}: {ARRANGEMENTS[plan.arrangement]}",
                                 **extra)
