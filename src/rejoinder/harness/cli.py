@@ -402,6 +402,10 @@ def register(app: typer.Typer) -> None:
                           f"{r['n_a']}/{r['n_b']}", f"[{colour}]{r['verdict']}[/]" if colour else r["verdict"],
                           f"[dim]{r['means']}[/]")
             out.print(t)
+            ts = lv.get("task_success") or {}
+            out.print("task success: " + "  vs  ".join(
+                f"{k.upper()} {x['ok']}/{x['calls']}" + (f" ({100 * x['rate']:.0f} %)" if x["rate"] is not None else "")
+                for k, x in ts.items()))
             out.print("real differences: " + (", ".join(lv["real"]) or "none")
                       + f"  (family-wise 95 % CI excludes 0 and |Δ| ≥ {res['min_ms']:.0f} ms)")
 
