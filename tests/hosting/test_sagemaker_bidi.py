@@ -141,7 +141,7 @@ async def test_mid_stream_failure_in_a_real_call_resumes_from_the_last_word_hear
         return [w.strip(".,!?").lower() for w in normalize_for_speech(text).split() if w.strip(".,!?")]
 
     sc = yaml.safe_load(BUNDLED_CALL.read_text())
-    sc["turns"], sc["tail_ms"] = sc["turns"][:1], 6000  # "Hello.": nobody talks over the reply
+    sc["turns"], sc["tail_ms"] = sc["turns"][:-1], 6000  # without the last turn: nobody talks over a reply
     path = tmp_path / "call.yaml"
     path.write_text(yaml.safe_dump(sc))
     cfg = AgentConfig()
@@ -159,7 +159,15 @@ async def test_mid_stream_failure_in_a_real_call_resumes_from_the_last_word_hear
     assert result.error is None and result.overlapping_audio == 0
     recovered = [e for e in events if isinstance(e, Recovery) and e.stage == "tts"]
     assert faults.fired >= 1 and recovered and all(r.action == "retry" and r.resume_from for r in recovered)
-    done = [e for e in events if isinstance(e, AgentSpeech) and e.turn_id in {r.turn_id for r in recovered}
-            and not e.interrupted]
-    assert done and all(words(e.heard_text) == words(e.full_text) for e in done)  # each word heard once
+    completed = 0
+    for e in events:
+        if not isinstance(e, AgentSpeech) or e.turn_id not in {r.turn_id for r in recovered}:
+            continue
+        heard, full = words(e.heard_text), words(e.full_text)
+        if e.interrupted:  # the caller spoke over it (e.g. the greeting): a prefix, no repeats
+            assert heard == full[:len(heard)], e
+        else:  # trimmed to the last whole word, resumed: every word heard exactly once
+            assert heard == full, e
+            completed += 1
+    assert completed >= 1
     assert srv.connections >= 2  # the broken connection was replaced

@@ -163,7 +163,14 @@ class BidiContainer:
                     sent += 1
             await ws.send(json.dumps({"type": "done"}))
         except asyncio.CancelledError:
-            await ws.send(json.dumps({"type": "done", "cancelled": True}))
+            try:
+                await ws.send(json.dumps({"type": "done", "cancelled": True}))
+            except Exception:  # noqa: BLE001 — the client may have gone
+                pass
+        except _Abort:
+            return  # the injected drop ended this connection
+        except Exception:  # noqa: BLE001 — the client went away mid-utterance
+            return
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
