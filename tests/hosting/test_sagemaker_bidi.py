@@ -93,7 +93,7 @@ async def test_adapters_stream_many_utterances_over_one_connection(piper_tts, wh
 
         [tr] = [t async for t in stt.stream(audio())]
         [again] = [t async for t in stt.stream(audio())]
-        assert tr.final and "shipped" in tr.text.lower() and again.text == tr.text
+        assert tr.final and "order" in tr.text.lower() and again.text == tr.text  # Piper varies; Whisper does not
         assert stt.pool.opened == 1 and ssrv.connections == 1 and ssrv.utterances == 2
         await tts.aclose()
         await stt.aclose()
