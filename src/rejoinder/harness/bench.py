@@ -112,6 +112,7 @@ class BenchOptions:
     on_level: Callable[[int, dict[str, Any]], None] | None = None
     hashes: dict[str, str] = field(default_factory=dict)
     processes: dict[str, int] = field(default_factory=dict)  # other processes to sample (name → pid)
+    ledger: dict[str, Any] | None = None  # the run's data-boundary ledger (rejoinder.harness.ledger)
 
 
 def ear_check(turns: list, onsets: list[float]) -> list[float | None]:
@@ -166,6 +167,9 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
             rec["extra"]["skipped_checks"] = verdict.skipped
         if (talk := small_talk_counts(sc, verdict.failures, verdict.skipped)) is not None:
             rec["extra"]["small_talk"] = talk  # tool calls on small talk (no_tools turns)
+        if opts.ledger is not None:  # what crossed each data boundary in this call
+            from .ledger import call_ledger
+            rec["extra"]["ledger"] = call_ledger(opts.ledger, turns, recorded=bool(out_dir and opts.keep_audio))
         if getattr(res, "target", None):  # a remote agent: what it said about this call
             rec["extra"]["target"] = res.target
     except Exception as exc:  # noqa: BLE001 — overload and crashes become data, not a dead sweep

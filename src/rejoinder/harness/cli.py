@@ -48,7 +48,8 @@ def register(app: typer.Typer) -> None:
                                                        "the in-process LLM (chat format from its "
                                                        "metadata)"),
               hosting: Optional[str] = typer.Option(None, help="compare hosting arrangements, comma-separated: "
-                                                    "in-process, servers, managed-tts, ray-serve"),
+                                                    "in-process, servers, managed-tts, managed-bidi, "
+                                                    "speech-to-speech, ray-serve"),
               network: Optional[str] = typer.Option(None, help="network profiles for the server arrangements, "
                                                     "comma-separated: loopback, same-zone, cross-zone, regional, "
                                                     "cross-region, regional-lossy"),
@@ -163,8 +164,11 @@ def register(app: typer.Typer) -> None:
                 json_out=json_out, command=" ".join(["rejoinder"] + sys.argv[1:]),
                 opts=_Opts(levels=levels, repeat=repeat, hashes=hashes, call_timeout_s=call_timeout,
                            artifacts=artifacts or st.path.parent / "artifacts", keep_audio=keep_audio)))
+        from .ledger import run_ledger
+        ledger = run_ledger(cfg, arrangement="in-process" if cfg.stack.stt == "whisper-base" else "configured stack",
+                            artifacts=str(artifacts or st.artifacts_root), keep_audio=keep_audio, store=plain(st.where))
         conds = cond_mod.collect(cfg, concurrency=levels, scenarios=hashes, repeat=repeat, suite=label,
-                                 agent=runtime.agent)
+                                 agent=runtime.agent, data_boundary=ledger)
         if zero_cost:
             from .zerocost import mark_conditions
             mark_conditions(conds)
@@ -187,7 +191,7 @@ def register(app: typer.Typer) -> None:
 
             opts = BenchOptions(levels=levels, repeat=repeat, hashes=hashes, on_call=on_call,
                                 artifacts=artifacts or st.artifacts_root, keep_audio=keep_audio,
-                                call_timeout_s=call_timeout)
+                                call_timeout_s=call_timeout, ledger=ledger)
             try:
                 status = asyncio.run(run_bench(runtime, scs, st, run_id, opts))
             except KeyboardInterrupt:
@@ -251,6 +255,8 @@ def register(app: typer.Typer) -> None:
                   f"machine: {(c.get('machine') or {}).get('cpu_model')} ×{(c.get('machine') or {}).get('cores_logical')}"
                   f" · stack: {_stack_names((c.get('config') or {}).get('stack') or {})}")
         print_summary(summary)
+        from .ledger import print_ledger
+        print_ledger(out, c.get("data_boundary"))
         for n in info["notes"]:
             out.print(f"note {n['at'][:19]}: {plain(n['text'])}")
         for call in st.calls(info["id"]):
@@ -317,6 +323,10 @@ def register(app: typer.Typer) -> None:
                           f"{r['n_a']}/{r['n_b']}", f"[{colour}]{r['verdict']}[/]" if colour else r["verdict"],
                           f"[dim]{r['means']}[/]")
             out.print(t)
+            ts = lv.get("task_success") or {}
+            out.print("task success: " + "  vs  ".join(
+                f"{k.upper()} {x['ok']}/{x['calls']}" + (f" ({100 * x['rate']:.0f} %)" if x["rate"] is not None else "")
+                for k, x in ts.items()))
             out.print("real differences: " + (", ".join(lv["real"]) or "none")
                       + f"  (family-wise 95 % CI excludes 0 and |Δ| ≥ {res['min_ms']:.0f} ms)")
 

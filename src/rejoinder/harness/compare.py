@@ -78,6 +78,13 @@ def compare_turns(a: list[dict[str, Any]], b: list[dict[str, Any]], *, min_ms: f
     return rows
 
 
+def _success(store: RunStore, run_id: str, level: int) -> dict[str, Any]:
+    """Task success at one level: calls whose every expectation held, of all calls."""
+    calls = [c for c in store.calls(run_id) if c["concurrency"] == level]
+    ok = sum(1 for c in calls if c["success"])
+    return {"ok": ok, "calls": len(calls), "rate": round(ok / len(calls), 4) if calls else None}
+
+
 def compare_runs(store: RunStore, ref_a: str, ref_b: str, *, concurrency: int | None = None,
                  min_ms: float = 10.0, seed: int = 0) -> dict[str, Any]:
     """Compare runs A and B at every concurrency level both have (or only ``concurrency``)."""
@@ -91,7 +98,8 @@ def compare_runs(store: RunStore, ref_a: str, ref_b: str, *, concurrency: int | 
         rows = compare_turns([t for t in ta if t["concurrency"] == n], [t for t in tb if t["concurrency"] == n],
                              min_ms=min_ms, seed=seed)
         out_levels.append({"concurrency": n, "rows": rows,
-                           "real": [r["boundary"] for r in rows if r["verdict"] == "real"]})
+                           "real": [r["boundary"] for r in rows if r["verdict"] == "real"],
+                           "task_success": {"a": _success(store, run_a["id"], n), "b": _success(store, run_b["id"], n)}})
     diffs = differences(run_a["conditions"], run_b["conditions"])
     return {"a": run_a["id"], "b": run_b["id"], "min_ms": min_ms, "levels": out_levels,
             "conditions_differ": [{"key": k, "a": va, "b": vb} for k, va, vb in diffs]}

@@ -8,7 +8,14 @@ where the models run change:
   server and the LLM behind llama.cpp's OpenAI-compatible server (``rejoinder models serve``), each
   its own process, the agent speaking the protocols;
 * ``managed-tts`` — as ``servers``, but TTS through the SageMaker-shaped managed endpoint (one
-  signed HTTP request and one new stream per utterance, no continuation, event-stream framing).
+  signed HTTP request and one new stream per utterance, no continuation, event-stream framing);
+* ``managed-bidi`` — STT and TTS each behind a SageMaker bidirectional-streaming container
+  (:mod:`rejoinder.hosting.sagemaker_bidi_server`: one WebSocket per adapter, frames both ways,
+  many utterances per connection), the LLM behind its server;
+* ``speech-to-speech`` — no cascade in the agent: one service speaking Nova Sonic's
+  bidirectional event protocol (:mod:`rejoinder.hosting.nova_sonic_server`, the same embedded
+  models behind it) hears, thinks and speaks; the agent process runs the tools
+  (:mod:`rejoinder.s2s`).
 
 Server arrangements run once per network profile (:mod:`rejoinder.hosting.network`): ``loopback``
 puts the servers on 127.0.0.1; every other profile puts them in a network namespace behind an
@@ -47,10 +54,14 @@ ARRANGEMENTS = {
                    "SageMaker-shaped response stream (one request per utterance)",
     "ray-serve": "the agent as one Ray Serve replica (its models in the replica) behind Serve's proxy, "
                  "callers over /twilio (rejoinder.harness.hosting_ray)",
+    "managed-bidi": "STT and TTS behind SageMaker bidirectional-streaming containers (WebSocket frames "
+                    "both ways, one connection per adapter); LLM server (OpenAI chat API)",
+    "speech-to-speech": "one speech-to-speech service over Nova Sonic's bidirectional event protocol "
+                        "(VAD + Whisper + SmolLM2 + Piper behind it); tools run in the agent",
 }
 # The TTS stream dies mid-sentence in half of the requests (≈400 ms into the audio on servers).
 FAILURES = {"in-process": "tts:drop@0%0.5", "servers": "tts:drop@4%0.5", "managed-tts": "tts:error@20%0.5",
-            "ray-serve": "tts:drop@0%0.5"}
+            "ray-serve": "tts:drop@0%0.5", "managed-bidi": "tts:drop@10%0.5"}
 LOCAL = ("in-process", "ray-serve")  # arrangements without model servers: no network profile
 BASE_PORT = 47400
 
@@ -83,7 +94,7 @@ def plans(hosting: list[str], networks: list[str], failures: bool = False) -> li
     for h in hosting:
         for p in ([None] if h in LOCAL else profs):
             out.append(Plan(h, p))
-            if failures:
+            if failures and h in FAILURES:
                 out.append(Plan(h, p, FAILURES[h]))
     return out
 
@@ -103,6 +114,7 @@ class Deployment:
     aws: tuple[str, str] = field(default_factory=lambda: ("AKID" + secrets.token_hex(8).upper(),
                                                           secrets.token_hex(16)))
     link: Link | None = None
+    agent_spec: Any = None  # the agent (speech-to-speech: its prompt warms the service)
     servers: dict[str, ServerProcess] = field(default_factory=dict)
     rtt: dict[str, Any] = field(default_factory=dict)
     _stack: AsyncExitStack | None = None
@@ -129,11 +141,21 @@ class Deployment:
                 self.link.up()
                 self._stack.callback(self.link.down)
             prefix = self.link.exec_prefix() if self.link else []
+            if p.arrangement == "speech-to-speech":
+                await self._start_s2s(prefix)
+                return self
             fault = ["--faults", p.failure, "--fault-seed", "1"] if p.failure and p.arrangement != "in-process" else []
             stt = ServerProcess("stt-server", ["stt", "--protocol", "cartesia", "--host", self.host, "--port",
                                                str(self._port(0)), "--api-key", self.key], prefix,
                                 log_path=str(self.logs / f"{self.index}-stt.log"))
-            if p.arrangement == "servers":
+            if p.arrangement == "managed-bidi":
+                stt = ServerProcess("stt-endpoint", ["stt", "--protocol", "sagemaker-bidi", "--host", self.host,
+                                                     "--port", str(self._port(0))], prefix,
+                                    log_path=str(self.logs / f"{self.index}-stt.log"))
+                tts = ServerProcess("tts-endpoint", ["tts", "--protocol", "sagemaker-bidi", "--host", self.host,
+                                                     "--port", str(self._port(1)), *fault], prefix,
+                                    log_path=str(self.logs / f"{self.index}-tts.log"))
+            elif p.arrangement == "servers":
                 tts = ServerProcess("tts-server", ["tts", "--protocol", "cartesia", "--host", self.host, "--port",
                                                    str(self._port(1)), "--api-key", self.key, *fault], prefix,
                                     log_path=str(self.logs / f"{self.index}-tts.log"))
@@ -154,6 +176,42 @@ class Deployment:
             raise
         return self
 
+    @property
+    def s2s_url(self) -> str:
+        return f"ws://{self.host}:{self._port(0)}"
+
+    async def _start_s2s(self, prefix: list[str], agent: Any = None) -> None:
+        """The speech-to-speech service alone; cold start = its first answered turn (a typed
+        "Hello." until the first ``audioOutput``), with the agent's instructions and tools (so its
+        prompt is prefilled, as the cascade's runtime warms up before the first call)."""
+        from ..adapters.nova_sonic import NovaSonic
+        from ..agent import load_agent
+
+        srv = ServerProcess("s2s-service", ["s2s", "--protocol", "nova-sonic", "--host", self.host, "--port",
+                                            str(self._port(0))], prefix, log_path=str(self.logs / f"{self.index}-s2s.log"))
+        self.servers = {"s2s": srv}
+        self._stack.callback(srv.stop)  # type: ignore[union-attr]
+        await srv.start()
+        agent = load_agent(self.agent_spec)
+        stream = await NovaSonic(self.s2s_url).open(agent.instructions, tuple(t.schema for t in agent.tools.values()),
+                                                    max_tokens=agent.llm.max_tokens, temperature=agent.llm.temperature)
+        try:
+            stream.send_text("Hello.")
+            async for e in stream.events():
+                if e.name == "audioOutput":
+                    break
+        finally:
+            await stream.close()
+        srv.first_answer()
+        from ..adapters.nova_sonic import DEFAULT_MODEL
+        await self._rtt(f"{self.s2s_url}/model/{DEFAULT_MODEL}/invoke-with-bidirectional-stream", "s2s-service")
+
+    async def _rtt(self, url: str, what: str) -> None:
+        samples = await socket_rtt_ms(url, self.key, n=40)
+        self.rtt = {"socket": f"{what} WebSocket ping", "n": len(samples),
+                    "median_ms": round(statistics.median(samples), 3),
+                    "p95_ms": round(sorted(samples)[int(0.95 * (len(samples) - 1))], 3)}
+
     async def _probe(self) -> None:
         """Cold start (first answered request per server) and the socket round trip."""
         from ..adapters.registry import StackConfig, BUILDERS
@@ -173,11 +231,12 @@ class Deployment:
             self.servers[kind].first_answer()
             await port.aclose()
         await asyncio.gather(first("stt", probe_stt), first("tts", probe_tts), first("llm", probe_llm))
+        if self.plan.arrangement == "managed-bidi":
+            from ..hosting.sagemaker_bidi_server import PATH
+            await self._rtt(f"ws://{self.host}:{self._port(0)}{PATH}?model=stt", "stt-endpoint")
+            return
         url = f"ws://{self.host}:{self._port(0)}/stt/websocket?model=ink-whisper&encoding=pcm_s16le&sample_rate=16000"
-        samples = await socket_rtt_ms(url, self.key, n=40)
-        self.rtt = {"socket": "stt-server WebSocket ping", "n": len(samples),
-                    "median_ms": round(statistics.median(samples), 3),
-                    "p95_ms": round(sorted(samples)[int(0.95 * (len(samples) - 1))], 3)}
+        await self._rtt(url, "stt-server")
 
     async def __aexit__(self, *exc: Any) -> None:
         if self._stack is not None:
@@ -186,13 +245,17 @@ class Deployment:
     def stack_config(self, stack: Any) -> Any:
         """``stack`` with the STT/TTS adapters pointed at this deployment's servers."""
         stack = stack.model_copy(deep=True)
-        if self.plan.arrangement == "in-process":
+        if self.plan.arrangement in ("in-process", "speech-to-speech"):
             return stack
         stack.llm = "openai"
         stack.openai.base_url, stack.openai.model = f"http://{self.host}:{self._port(2)}/v1", "smollm2"
         stack.stt = "cartesia"
         stack.cartesia_stt.base_url, stack.cartesia_stt.api_key = f"ws://{self.host}:{self._port(0)}", self.key
-        if self.plan.arrangement == "servers":
+        if self.plan.arrangement == "managed-bidi":
+            stack.stt = stack.tts = "sagemaker-bidi"
+            stack.sagemaker_bidi.stt_url = f"ws://{self.host}:{self._port(0)}"
+            stack.sagemaker_bidi.tts_url = f"ws://{self.host}:{self._port(1)}"
+        elif self.plan.arrangement == "servers":
             stack.tts = "cartesia"
             stack.cartesia.base_url, stack.cartesia.api_key = f"ws://{self.host}:{self._port(1)}", self.key
         else:
@@ -224,8 +287,9 @@ class Deployment:
         if self.rtt:
             net["measured_rtt"] = self.rtt
         return {"hosting_arrangement": {"name": p.arrangement, "description": ARRANGEMENTS[p.arrangement],
-                                        "llm_hosting": "in-process" if p.arrangement == "in-process"
-                                        else "llama.cpp OpenAI server", "failure": p.failure},
+                                        "llm_hosting": {"in-process": "in-process",
+                                                        "speech-to-speech": "inside the speech-to-speech service"}
+                                        .get(p.arrangement, "llama.cpp OpenAI server"), "failure": p.failure},
                 "network_profile": net,
                 "servers": {n: s.describe() for n, s in self.servers.items()}}
 
@@ -287,19 +351,30 @@ async def run_plans(items: list[Plan], cfg: Any, scenarios: list, store: Any, op
                                             on_run=on_run)
             out.append((plan, run_id, status))
             continue
-        async with Deployment(plan, i, logs) as dep:
+        async with Deployment(plan, i, logs, agent_spec=cfg.agent) as dep:
             run_cfg = cfg.model_copy(deep=True)
             run_cfg.stack = dep.stack_config(cfg.stack)
             run_cfg.hosting = plan.arrangement
             run_cfg.network = plan.profile.name if plan.profile else "none"
             if plan.failure and plan.arrangement == "in-process":
                 run_cfg.faults, run_cfg.fault_seed = plan.failure, 1
-            runtime = Runtime(run_cfg)
+            if plan.arrangement == "speech-to-speech":
+                from ..adapters.nova_sonic import NovaSonic
+                from ..s2s import S2SRuntime
+                runtime = S2SRuntime(run_cfg, NovaSonic(dep.s2s_url))
+            else:
+                runtime = Runtime(run_cfg)
             agent = _Warmed(runtime)
             try:
                 await agent.warmup()
                 extra = dep.conditions()
                 extra["hosting_arrangement"]["agent_cold_start_ms"] = agent.cold_start_ms
+                from .ledger import run_ledger
+                extra["data_boundary"] = opts.ledger = run_ledger(
+                    run_cfg, arrangement=plan.label, artifacts=str(opts.artifacts) if opts.artifacts else None,
+                    keep_audio=opts.keep_audio, store=str(getattr(store, "where", store.path)),
+                    s2s_endpoint=runtime.service.endpoint if plan.arrangement == "speech-to-speech" else None,
+                    server_logs=str(logs) if dep.servers else None)
                 conds = collect(run_cfg, concurrency=opts.levels, scenarios=opts.hashes, repeat=opts.repeat,
                                 suite=suite, agent=runtime.agent, arrangement=f"{plan.label}: {ARRANGEMENTS[plan.arrangement]}",
                                 **extra)

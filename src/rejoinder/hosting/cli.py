@@ -16,7 +16,8 @@ from typing import Optional
 
 import typer
 
-PROTOCOLS = {"tts": ("cartesia", "sagemaker"), "stt": ("cartesia",), "llm": ("openai",)}
+PROTOCOLS = {"tts": ("cartesia", "sagemaker", "sagemaker-bidi"), "stt": ("cartesia", "sagemaker-bidi"),
+             "llm": ("openai",), "s2s": ("nova-sonic",)}
 
 
 def _say(line: str) -> None:
@@ -39,9 +40,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(models, name="models")
 
     @models.command("serve")
-    def serve(stage: str = typer.Argument(..., help="tts | stt | llm"),
-              protocol: Optional[str] = typer.Option(None, help="tts: cartesia | sagemaker; stt: "
-                                                     "cartesia; llm: openai (the default for each)"),
+    def serve(stage: str = typer.Argument(..., help="tts | stt | llm | s2s"),
+              protocol: Optional[str] = typer.Option(None, help="tts: cartesia | sagemaker | "
+                                                     "sagemaker-bidi; stt: cartesia | sagemaker-bidi; "
+                                                     "llm: openai; s2s: nova-sonic (the default for each)"),
               host: str = typer.Option("127.0.0.1", help="interface to listen on"),
               port: int = typer.Option(..., help="TCP port"),
               engine: Optional[str] = typer.Option(None, help="tts: piper (default) | espeak"),
@@ -58,8 +60,10 @@ def register(app: typer.Typer) -> None:
               agent: Optional[str] = typer.Option(None, help="stt: the agent whose vocabulary prompts "
                                                   "Whisper (default: the reference support agent)"),
               interim_ms: float = typer.Option(0.0, help="stt: interim transcripts every N ms of audio")) -> None:
-        """Serve one model stage: TTS over Cartesia Sonic's WebSocket or a SageMaker-shaped
-        response stream, STT over Cartesia Ink's WebSocket, LLM over the OpenAI chat API."""
+        """Serve one model stage: TTS over Cartesia Sonic's WebSocket, a SageMaker-shaped
+        response stream or the SageMaker bidirectional-streaming container contract, STT over
+        Cartesia Ink's WebSocket or the bidirectional contract, LLM over the OpenAI chat API, and
+        speech to speech (VAD + Whisper + SmolLM2 + Piper) over Nova Sonic's event protocol."""
         from ..cliout import console as make_console
         from ..cliout import error
         from ..errors import RejoinderError
@@ -73,11 +77,11 @@ def register(app: typer.Typer) -> None:
                   + "; ".join(f"{s}: {', '.join(p)}" for s, p in PROTOCOLS.items()))
             raise typer.Exit(2)
         try:
-            injected = ServerFaults.parse(faults, stage, fault_seed) if stage != "llm" else None
+            injected = ServerFaults.parse(faults, stage, fault_seed) if stage in ("stt", "tts") else None
             if stage == "llm":
                 _serve_llm(host, port)
                 return
-            if stage == "stt" and initial_prompt is None:  # the same prompt as the in-process STT
+            if stage in ("stt", "s2s") and initial_prompt is None:  # the same prompt as the in-process STT
                 from ..agent import load_agent
                 initial_prompt = load_agent(agent).stt_prompt() or ""
             asyncio.run(_serve(stage, protocol, host, port, engine, api_key, endpoint_name, region,
@@ -125,6 +129,16 @@ async def _run_ws(server, host: str, port: int, path: str) -> None:
 
 async def _serve(stage, protocol, host, port, engine, api_key, endpoint_name, region, faults,
                  initial_prompt, interim_ms, console) -> None:
+    if stage == "s2s":
+        await _serve_s2s(host, port, engine, initial_prompt)
+        return
+    if protocol == "sagemaker-bidi":
+        from .sagemaker_bidi_server import PATH, BidiContainer
+
+        model = await asyncio.to_thread(_build_stt, initial_prompt) if stage == "stt" else \
+            await asyncio.to_thread(_build_tts, engine)
+        await _run_ws(BidiContainer(stage, model, faults=faults), host, port, PATH)
+        return
     if stage == "stt":
         from .cartesia_stt_server import CartesiaSTTServer
 
@@ -162,6 +176,21 @@ async def _serve(stage, protocol, host, port, engine, api_key, endpoint_name, re
     finally:
         srv.should_exit = True
         await task
+
+
+async def _serve_s2s(host: str, port: int, engine: str | None, initial_prompt: str | None) -> None:
+    """Nova Sonic's event protocol over Silero VAD, Whisper, SmolLM2 and Piper (or espeak)."""
+    from ..adapters.nova_sonic import DEFAULT_MODEL
+    from ..adapters.registry import BUILDERS, StackConfig
+    from .nova_sonic_server import NovaSonicServer
+
+    cfg = StackConfig()
+    stt, tts = await asyncio.gather(asyncio.to_thread(_build_stt, initial_prompt),
+                                    asyncio.to_thread(_build_tts, engine))
+    llm = await asyncio.to_thread(BUILDERS["llm"]["smollm2"], cfg)
+    server = NovaSonicServer(stt, llm, tts, lambda: BUILDERS["vad"]["silero"](cfg))
+    await server.warmup()
+    await _run_ws(server, host, port, f"/model/{DEFAULT_MODEL}/invoke-with-bidirectional-stream")
 
 
 def _serve_llm(host: str, port: int) -> None:

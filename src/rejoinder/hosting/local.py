@@ -69,3 +69,25 @@ async def sagemaker_tts(tts: TTSPort, *, access_key: str | None, secret_key: str
     finally:
         server.should_exit = True
         await task
+
+
+@asynccontextmanager
+async def nova_sonic(stt: STTPort, llm, tts: TTSPort, vad_factory, *, host: str = "127.0.0.1"
+                     ) -> AsyncIterator[tuple[object, str]]:
+    """A :class:`~rejoinder.hosting.nova_sonic_server.NovaSonicServer` (Nova Sonic's event protocol
+    over the embedded models); yields (server, ws base URL)."""
+    from .nova_sonic_server import NovaSonicServer
+
+    async with _listening(NovaSonicServer(stt, llm, tts, vad_factory), host) as pair:
+        yield pair
+
+
+@asynccontextmanager
+async def sagemaker_bidi(stage: str, model, *, host: str = "127.0.0.1", faults: ServerFaults | None = None
+                         ) -> AsyncIterator[tuple[object, str]]:
+    """A :class:`~rejoinder.hosting.sagemaker_bidi_server.BidiContainer` for ``stage`` (stt | tts);
+    yields (container, ws base URL)."""
+    from .sagemaker_bidi_server import BidiContainer
+
+    async with _listening(BidiContainer(stage, model, faults=faults), host) as pair:
+        yield pair
