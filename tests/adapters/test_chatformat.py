@@ -262,7 +262,7 @@ def test_a_bare_hermes_call_is_read_as_a_call_and_never_spoken(llama_llm, monkey
     from rejoinder.adapters._llama_engine import ChatEngine
     from rejoinder.ports import LLMRequest
 
-    engine = ChatEngine(llama_llm._llm, chat_format="hermes")
+    engine = ChatEngine(llama_llm._llm, chat_format="hermes", tool_mode="lazy")
     real = engine._pieces
     scripted = ["One moment.", ' {"', "name", '": "', "lookup_order", '", "arguments": {}}']
     state = {"first": True}

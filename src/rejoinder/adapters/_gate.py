@@ -64,7 +64,7 @@ DEFAULT_TALK_EXAMPLES: tuple[str, ...] = (
 #: Thresholds calibrated for models that ship with rejoinder (model file stem → threshold), on
 #: the reference support agent's tool examples and the default talk examples
 #: (``rejoinder calibrate``); other models and agents re-calibrate with that command.
-CALIBRATED: dict[str, float] = {"SmolLM2-135M-Instruct.Q4_1": 6.0}
+CALIBRATED: dict[str, float] = {"SmolLM2-135M-Instruct.Q4_1": 4.5}
 
 _HEAD = ("Each caller message is labelled with what the assistant must do: {labels}, or none "
          "(just talk: greetings, thanks, goodbyes, and questions no tool answers).\n\n")
