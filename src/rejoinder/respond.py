@@ -249,12 +249,13 @@ class Draft:
             try:
                 stream = timed_llm(st, self.turn_id, self.llm, req)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
-                                         pace.stall_ms, "llm"):
+                                         pace.stall_ms, "llm",
+                                         lambda d: isinstance(d, ToolDecision)):
+                    if isinstance(delta, ToolDecision):  # stamped by timed_llm; never spoken
+                        continue
                     why = pace.arrived(st.now())
                     if why:  # buffered on its way: waited out, not retried (nothing said twice)
                         self._recovered("buffered", why)
-                    if isinstance(delta, ToolDecision):  # stamped by timed_llm; never spoken
-                        continue
                     if isinstance(delta, ToolCall):
                         calls.append(delta if delta.id else replace(delta, id=self.conv.new_call_id()))
                         continue

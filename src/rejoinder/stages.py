@@ -129,11 +129,14 @@ async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: s
 
 
 async def watch(stream: AsyncIterator, clock: Clock, first_ms: float,
-                gap_ms: float | Callable[[], float], what: str):
+                gap_ms: float | Callable[[], float], what: str,
+                preliminary: Callable[[Any], bool] | None = None):
     """Re-yield ``stream``; raise :class:`WatchdogTimeout` when its first item takes longer than
     ``first_ms`` or a later one longer than ``gap_ms`` (ms on the call clock, so scripted
     timelines with a virtual clock exercise the watchdogs too; a callable is read before each
-    item, so the consumer can relax the limit for a stream it knows to be buffered)."""
+    item, so the consumer can relax the limit for a stream it knows to be buffered). An item for
+    which ``preliminary(item)`` holds (an LLM's tool decision) is progress but not the first
+    item: the first-item limit starts again after it."""
     first = True
     nxt: asyncio.Future | None = None
     try:
@@ -147,7 +150,7 @@ async def watch(stream: AsyncIterator, clock: Clock, first_ms: float,
             except StopAsyncIteration:
                 return
             nxt = None
-            first = False
+            first = preliminary is not None and preliminary(item) and first
             yield item
     finally:
         if nxt is not None and not nxt.done():  # never close a generator another task is running
