@@ -74,7 +74,8 @@ def test_threshold_keeps_spurious_calls_under_the_bound_and_maximises_right_call
 
 
 async def test_gate_yields_its_decision_first_then_the_chosen_call(gate_llm):
-    out = await _run(gate_llm, _req("Can you look up order 5566 for me?", tool_threshold=-50.0))
+    out = await _run(gate_llm, _req("I am calling about order 5566, where is it?",
+                                    tool_threshold=-50.0))
     assert isinstance(out[0], ToolDecision)
     d = out[0]
     assert d.source == "request" and d.threshold == -50.0
