@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from . import telemetry
-from .caller import FRAME, RATE, SimulatedCaller
+from .caller import RATE, SimulatedCaller
 from .clock import Clock, RealClock
 from .events import AgentSpeech, Boundary, EventBus, Recovery
+from .pacing import STOP, shared_pacer, uses_shared_pacer
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
@@ -30,6 +31,8 @@ from .tools import CallContext
 from .stages import Stamper
 from .timeline import CallTranscript, Timeline, TurnRecord
 from .turns import TurnPolicy
+
+FRAME_MS = 20.0  # one caller frame
 
 
 @dataclass
@@ -142,19 +145,37 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     error = None
     if greets:
         session.greet()
-    t = 0.0
     over = Overtalk()
+    first: list[float] = []  # call-clock time of the first frame
+    last = [0.0]
+
+    def step(t: float) -> object:
+        """One 20 ms frame at call-clock ``t``."""
+        if not first:
+            first.append(t)
+        if caller.done or t - first[0] >= max_ms or session.hangup is not None:
+            return STOP
+        frame = caller.next_frame(t)
+        session.on_frame(frame, t)
+        heard = session.tick_playout(t)
+        peak = session.playout.last_peak
+        caller.hear(heard, t, peak)
+        over.observe(frame, heard, t, caller.last_peak, peak)
+        if rec:
+            rec.write(frame, heard)
+        last[0] = t + FRAME_MS
+        return None
+
     try:
-        while not caller.done and t < max_ms and session.hangup is None:
-            await clock.pace(t)
-            frame = caller.next_frame(t)
-            session.on_frame(frame, t)
-            heard = session.tick_playout(t)
-            caller.hear(heard, t)
-            over.observe(frame, heard, t)
-            if rec:
-                rec.write(frame, heard)
-            t += 1000.0 * FRAME / RATE
+        if uses_shared_pacer(clock):  # one timer for every call of the process
+            await shared_pacer().run(step, clock, name=call_id)
+        else:  # a virtual clock moves with this call's own frames
+            t = 0.0
+            while True:
+                await clock.pace(t)
+                if step(t) is STOP:
+                    break
+                t += FRAME_MS
     except Exception as exc:  # keep what was recorded; report the failure
         error = repr(exc)
     finally:
@@ -171,7 +192,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         (out_dir / "transcript.txt").write_text(transcript.text(), encoding="utf-8")
     context_words = [len(text.split()) for _, text in session.conv.heard_log]
     unheard = sum(max(0, c - h) for c, h in zip(context_words, heard_words))
-    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, transcript.lines, error, tools,
+    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, last[0] - (first[0] if first else 0.0), transcript.lines, error, tools,
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
                       hangup=session.hangup)
@@ -188,9 +209,15 @@ class Overtalk:
         self._caller_voiced = False
         self._since: float | None = None
 
-    def observe(self, caller: np.ndarray, agent: np.ndarray, t: float) -> None:
-        agent_on = int(np.abs(agent).max(initial=0)) >= self.level
-        caller_on = int(np.abs(caller).max(initial=0)) >= self.level
+    def observe(self, caller: np.ndarray, agent: np.ndarray, t: float,
+                caller_peak: int | None = None, agent_peak: int | None = None) -> None:
+        """One frame of both sides (int16); the peaks (|sample|) when the senders know them."""
+        if agent_peak is None:
+            agent_peak = int(np.abs(agent.astype(np.int32)).max(initial=0))
+        if caller_peak is None:
+            caller_peak = int(np.abs(caller.astype(np.int32)).max(initial=0))
+        agent_on = agent_peak >= self.level
+        caller_on = caller_peak >= self.level
         if self._since is not None and not agent_on:
             self.episodes.append(t - self._since)
             self._since = None

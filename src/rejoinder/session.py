@@ -24,6 +24,7 @@ import numpy as np
 
 from .agent import Agent
 from .audio_io import resample
+from .audioring import AudioRing
 from .clock import wait_within
 from .conversation import Conversation, Step, undo_runs
 from .dictation import dictated_digits, number_open
@@ -42,6 +43,7 @@ from .vad import VadTracker
 LINE_RATE = 16000
 PREROLL_MS = 300.0
 TAIL_MS = 120.0
+AUDIO_RING_S = 32.0  # caller audio kept in memory (s): a turn longer than this keeps its end
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
 
 
@@ -114,9 +116,7 @@ class Session:
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)
-        self._audio = np.zeros(min(self._max_samples, LINE_RATE * 60), dtype=np.float32)
-        self._n = 0
-        self._origin_ms: float | None = None  # call-clock time of sample 0
+        self.audio = AudioRing(LINE_RATE, AUDIO_RING_S)  # the caller's recent audio (bounded)
         self._onset: dict[int, float] = {}
         self._interim: dict[int, str] = {}  # latest interim transcript per turn
         self._spec: dict[int, tuple[float, asyncio.Task]] = {}  # turn → (end_ms, stt task)
@@ -142,18 +142,9 @@ class Session:
     # --- transport side ----------------------------------------------------------------------
     def on_frame(self, pcm: np.ndarray, t_ms: float) -> None:
         """One caller frame (int16 mono, 16 kHz) that started at ``t_ms``."""
-        if self._origin_ms is None:
-            self._origin_ms = t_ms
-        n = len(pcm)
-        if self._n + n > len(self._audio):  # grow by doubling: a copy once a minute at most
-            if self._n + n > self._max_samples:
-                raise RuntimeError("call longer than max_seconds")
-            grown = np.zeros(min(self._max_samples, 2 * len(self._audio)), dtype=np.float32)
-            grown[:self._n] = self._audio[:self._n]
-            self._audio = grown
-        frame = self._audio[self._n:self._n + n]
-        np.multiply(pcm, 1.0 / 32768.0, out=frame, casting="unsafe")
-        self._n += n
+        if self.audio.n + len(pcm) > self._max_samples:
+            raise RuntimeError("call longer than max_seconds")
+        frame = self.audio.write(pcm, t_ms)  # float32, reused: the VAD copies what it keeps
         now = self.st.now()
         for sig in self.tracker.push(frame, t_ms):
             if sig.kind == "onset":
@@ -234,10 +225,7 @@ class Session:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
 
     def _segment(self, start_ms: float, end_ms: float) -> np.ndarray:
-        origin = self._origin_ms or 0.0
-        a = max(0, int((start_ms - origin) * LINE_RATE / 1000))
-        b = min(self._n, int((end_ms - origin) * LINE_RATE / 1000))
-        return self._audio[a:max(a, b)].copy()
+        return self.audio.segment(start_ms, end_ms)
 
     async def _transcribe(self, turn_id: int, end_ms: float) -> str:
         onset = self._onset.get(turn_id, 0.0)

@@ -25,6 +25,7 @@ from .. import telemetry
 from ..agent import Agent
 from ..clock import RealClock
 from ..events import Event, EventBus
+from ..pacing import shared_pacer
 from ..session import LINE_RATE, Session, Stack
 from ..stages import Stamper
 from ..timeline import CallTranscript, Timeline
@@ -175,33 +176,33 @@ class LiveCall:
             self.send(self.downlink.event(ev))
 
     async def _pace(self) -> None:
+        """The playout loop: one agent frame per 20 ms tick of the process's shared pacer
+        (:mod:`rejoinder.pacing`); more than ``RESYNC_MS`` late, it skips ahead."""
         playout = self.session.playout
-        held = False
-        t = self.clock.now_ms()
-        hangup_at: float | None = None
-        while True:
-            await self.clock.pace(t)
+        held = [False]
+        hangup_at: list[float] = []
+
+        def step(t: float) -> None:
             if self._failure is not None:
                 raise self._failure
             if self.session.hangup is not None:  # the agent ended the call: close the line once
-                if hangup_at is None:             # the client has played out its buffer
-                    hangup_at = t + self._downstream_lag_ms
-                elif t >= hangup_at:
+                if not hangup_at:                 # the client has played out its buffer
+                    hangup_at.append(t + self._downstream_lag_ms)
+                elif t >= hangup_at[0]:
                     raise CallEnded(Close.NORMAL, f"the agent hung up ({self.session.hangup})")
-            if self.clock.now_ms() - t > RESYNC_MS:
-                t = self.clock.now_ms()
             r = playout.reply
             before = r.played if r is not None else 0
             frame = self.session.tick_playout(t)
             self.record.agent(frame, t)
             if r is not None and r.played > before and self.downlink is not None:
                 self.send(self.downlink.audio(r.turn_id, frame, t))
-            if playout.held != held and self.downlink is not None:
-                held = playout.held
-                self.send(self.downlink.held(held))
+            if playout.held != held[0] and self.downlink is not None:
+                held[0] = playout.held
+                self.send(self.downlink.held(held[0]))
             if t > self.max_call_ms:
                 raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
-            t += FRAME_MS
+
+        await shared_pacer().run(step, self.clock, resync_ms=RESYNC_MS, name=f"{self.call_id}:pace")
 
     async def _write(self, send: Callable[[str | bytes], Awaitable[None]]) -> None:
         while True:
