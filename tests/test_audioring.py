@@ -22,12 +22,11 @@ def frames(pcm: np.ndarray, n: int = 320):
 
 
 def test_ring_keeps_the_last_seconds_addressed_by_call_time() -> None:
-    ring = AudioRing(rate=1000, seconds=1.0, frame=10)  # 1000 samples kept
+    ring = AudioRing(rate=1000, seconds=1.0)  # 1000 samples kept
     ramp = (np.arange(3000) % 30000).astype(np.int16)
     t = 250.0  # the call clock's time of the first frame
     for f in frames(ramp, 10):
-        out = ring.write(f, t)
-        assert out.dtype == np.float32 and np.array_equal(out, f / 32768.0)
+        ring.write(f, t)
         t += 10.0
     assert ring.n == 3000 and ring.oldest == 2000
     # the last second is there, exactly, across the wrap-around
@@ -40,13 +39,6 @@ def test_ring_keeps_the_last_seconds_addressed_by_call_time() -> None:
     assert np.array_equal(np.round(old * 32768.0).astype(np.int16), ramp[2000:2100])
     assert len(ring.segment(250.0, 250.0 + 1500.0)) == 0
     assert ring._buf.nbytes == 2000  # int16, fixed size
-
-
-def test_the_float_frame_is_reused_not_allocated() -> None:
-    ring = AudioRing(rate=16000, seconds=1.0)
-    a = ring.write(tone(20), 0.0)
-    b = ring.write(tone(20), 20.0)
-    assert a is b
 
 
 async def test_a_long_call_keeps_bounded_audio_but_records_it_all(tmp_path) -> None:

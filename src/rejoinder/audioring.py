@@ -7,8 +7,7 @@ call-clock time; older audio is overwritten. The whole call goes to disk through
 (``callrun``'s ``call.wav``, the server's ``caller.wav``), never into memory: a 10-minute call
 kept whole as float32 was about 37 MB (issue 17, failure kind 9).
 
-Writing a frame converts it once into a reused float32 frame for the VAD
-(:attr:`AudioRing.float_frame`): no allocation per frame.
+Writing a frame is one copy into the ring: no allocation per frame.
 """
 
 from __future__ import annotations
@@ -23,21 +22,18 @@ class AudioRing:
         rate: sample rate (Hz).
         seconds: how much is kept (default 32 s: Whisper's 30 s window plus the turn's
             pre-roll and tail).
-        frame: the frame size written (samples; the float view :attr:`float_frame` has it).
     """
 
-    def __init__(self, rate: int = 16000, seconds: float = 32.0, frame: int = 320) -> None:
+    def __init__(self, rate: int = 16000, seconds: float = 32.0) -> None:
         self.rate = rate
         self.capacity = int(rate * seconds)
         self._buf = np.zeros(self.capacity, dtype=np.int16)
         self.n = 0  # samples ever written
         self.origin_ms: float | None = None  # call-clock time of sample 0
-        self._float = np.zeros(frame, dtype=np.float32)
 
-    def write(self, pcm: np.ndarray, t_ms: float) -> np.ndarray:
+    def write(self, pcm: np.ndarray, t_ms: float) -> None:
         """Append int16 ``pcm`` that starts at ``t_ms`` (the first write fixes the origin; later
-        frames are taken as contiguous). Returns the frame as float32 in [-1, 1] — a reused
-        buffer, valid until the next write."""
+        frames are taken as contiguous)."""
         if self.origin_ms is None:
             self.origin_ms = t_ms
         n = len(pcm)
@@ -52,9 +48,6 @@ class AudioRing:
             self._buf[at:] = pcm[:split]
             self._buf[:end - self.capacity] = pcm[split:]
         self.n += n
-        out = self._float if n == len(self._float) else np.empty(n, dtype=np.float32)
-        np.multiply(pcm, 1.0 / 32768.0, out=out, casting="unsafe")
-        return out
 
     @property
     def oldest(self) -> int:

@@ -113,6 +113,7 @@ class Session:
         self.tracker = VadTracker(stack.vad, threshold=p.vad_threshold, neg_threshold=p.vad_neg_threshold,
                                   min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms,
                                   reset_after_ms=p.vad_reset_ms)
+        self.tracker.on_signals = self._on_vad_later
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)
@@ -144,9 +145,16 @@ class Session:
         """One caller frame (int16 mono, 16 kHz) that started at ``t_ms``."""
         if self.audio.n + len(pcm) > self._max_samples:
             raise RuntimeError("call longer than max_seconds")
-        frame = self.audio.write(pcm, t_ms)  # float32, reused: the VAD copies what it keeps
+        self.audio.write(pcm, t_ms)
+        signals = self.tracker.push(pcm, t_ms)  # none when the VAD batches across calls
+        if signals:
+            self._on_vad(signals)
+        self._perform(self.taker.tick(self.st.now()))
+
+    def _on_vad(self, signals: list) -> None:
+        """VAD signals (onset / voiced / pause) of the windows just judged."""
         now = self.st.now()
-        for sig in self.tracker.push(frame, t_ms):
+        for sig in signals:
             if sig.kind == "onset":
                 self._note_group(sig.at_ms)
                 self._perform(self.taker.speech_onset(sig.at_ms, now))
@@ -154,7 +162,11 @@ class Session:
                 self._perform(self.taker.speech_continues(now))
             else:
                 self._perform(self.taker.speech_pause(sig.at_ms, now))
-        self._perform(self.taker.tick(now))
+
+    def _on_vad_later(self, signals: list) -> None:
+        """Signals of a batching VAD (judged after the frame loop's tick)."""
+        self._on_vad(signals)
+        self._perform(self.taker.tick(self.st.now()))
 
     def tick_playout(self, t_ms: float) -> np.ndarray:
         """The 20 ms of agent audio the caller hears from ``t_ms`` (int16, 16 kHz)."""
@@ -448,6 +460,7 @@ class Session:
     async def close(self) -> None:
         """Cancel everything still running for this call and wait for it."""
         self.closed = True
+        self.tracker.close()
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
