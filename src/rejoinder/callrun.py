@@ -55,6 +55,7 @@ class CallResult:
     context: list[Any] = field(default_factory=list)  # the LLM's chat history at the end
     heard_log: list[tuple[int, str]] = field(default_factory=list)  # (turn, assistant text kept)
     hangup: str | None = None  # why the agent ended the call itself (None: the caller did)
+    clock_origin_s: float | None = None  # the call clock's t = 0 on perf_counter (s), if real
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -195,7 +196,8 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, last[0] - (first[0] if first else 0.0), transcript.lines, error, tools,
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
-                      hangup=session.hangup)
+                      hangup=session.hangup,
+                      clock_origin_s=(clock.origin_ns / 1e9 if isinstance(clock, RealClock) else None))
 
 
 class Overtalk:

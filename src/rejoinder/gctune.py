@@ -21,14 +21,17 @@ from collections import deque
 
 #: (perf_counter start s, duration ms, generation) of recent collections (bounded)
 PAUSES: deque[tuple[float, float, int]] = deque(maxlen=4096)
+IN_GC = [False]  #: a collection is running (read by the stall watchdog thread)
 _started: list[float] = [0.0]
 _installed = [False]
 
 
 def _callback(phase: str, info: dict) -> None:
     if phase == "start":
+        IN_GC[0] = True
         _started[0] = time.perf_counter()
     else:
+        IN_GC[0] = False
         t0 = _started[0]
         PAUSES.append((t0, (time.perf_counter() - t0) * 1000.0, info.get("generation", -1)))
 
