@@ -147,7 +147,8 @@ def main_worktree(commit: str) -> Path:
 
 def run_level(src: Path, n: int, a) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{HERE}")
-    cmd = [sys.executable, str(HERE / "capacity.py"), "--child", str(n), "--seconds", str(a.seconds),
+    cmd = ["nice", "-n", str(a.nice)] if a.nice else []
+    cmd += [sys.executable, str(HERE / "capacity.py"), "--child", str(n), "--seconds", str(a.seconds),
            "--stagger", str(a.stagger), "--vad", a.vad]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
     if out.returncode != 0:
@@ -175,6 +176,9 @@ def main() -> None:
     ap.add_argument("--stagger", type=float, default=3.0, help="seconds over which calls start")
     ap.add_argument("--bound-ms", type=float, default=20.0, help="frame-age p99 bound")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--nice", type=int, default=0,
+                    help="niceness of the level processes (negative needs root: on a shared "
+                         "machine, so that both arms get a core)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -156,9 +156,11 @@ class Call:
 
 
 async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_attn: bool,
-              history_turns: int = 0, agent_spec: str | None = None,
+              history_turns: int | None = None, agent_spec: str | None = None,
               n_ctx: int | None = None, threads: int | None = None) -> dict:
-    agent = variant(agent_for(agent_spec), history_turns=history_turns)
+    base = agent_for(agent_spec)
+    agent = variant(base, **({} if history_turns is None else {"history_turns": history_turns}))
+    history_turns = agent.llm.history_turns
     llm = make_llm(flash_attn=flash_attn, **({"n_ctx": n_ctx} if n_ctx else {}),
                    **({"n_threads": threads} if threads else {}))
     await warm(llm, agent)
@@ -243,9 +245,9 @@ if __name__ == "__main__":
     ap.add_argument("--interleave", type=int, default=1, help="calls at once (round robin)")
     ap.add_argument("--no-cache-key", action="store_true", help="control: send no cache_key")
     ap.add_argument("--flash-attn", action="store_true")
-    ap.add_argument("--history-turns", type=int, default=0,
-                    help="send only the last N caller turns of history (0: all), as "
-                         "agent llm.history_turns does")
+    ap.add_argument("--history-turns", type=int, default=None,
+                    help="send only the last N caller turns of history (0: all; default: the "
+                         "agent's llm.history_turns), plus earlier tool turns (keep_tool_turns)")
     ap.add_argument("--n-ctx", type=int, default=None,
                     help="LLM context length in tokens (default: LlamaOptions' default)")
     ap.add_argument("--agent", default=None,

@@ -1,10 +1,12 @@
 """One call's conversation with the LLM: the agent's instructions and tools, and a chat history
 that holds only what the caller actually heard.
 
-The history is append-only within a call (``LLMSettings.history_turns`` = 0, the default): every
-request starts with the same system message and the same earlier messages, so a backend that
-keeps the conversation's KV cache (``LLMRequest.cache_key`` = the call id) only prefills what is
-new since the last request, and time to first token does not grow with the length of the call.
+The history is append-only within a call; a request carries the system message, then a window of
+it (:func:`window`, ``LLMSettings.history_turns`` caller turns, default 6, plus every earlier
+turn that ran a tool: the facts). A backend that keeps the conversation's KV cache
+(``LLMRequest.cache_key`` = the call id) only prefills what is new since the last request and
+shifts the turn that left the window out of its cache, so time to first token does not grow
+with the length of the call (``bench/ttft_growth.py``).
 
 A reply's messages (the caller's transcript, the assistant's tool calls and their results, its
 text) are added when the reply ends, with the assistant's text cut to the words the caller heard
@@ -70,11 +72,7 @@ class Conversation:
     def request(self, pending: list[ChatMessage], *, final_step: bool) -> LLMRequest:
         """The LLM request for the next step of a reply: system, history, then ``pending`` (this
         reply's messages so far). The last allowed step may only speak (``tool_choice`` none)."""
-        history = self.history
-        keep = self.agent.llm.history_turns
-        if keep:
-            users = [i for i, m in enumerate(history) if m.role == "user"]
-            history = history[users[-keep]:] if len(users) > keep else history
+        history = window(self.history, self.agent.llm.history_turns, self.agent.llm.keep_tool_turns)
         return LLMRequest(
             (self.system, *history, *pending), max_tokens=self.agent.llm.max_tokens,
             temperature=self.agent.llm.temperature, tools=self.tool_schemas,
@@ -156,6 +154,33 @@ class Conversation:
                 self.history[-1] = ChatMessage("user", f"{prev.content} {m.content}")
             else:
                 self.history.append(m)
+
+
+def window(history: list[ChatMessage], turns: int, keep_tool_turns: bool = True) -> list[ChatMessage]:
+    """The history an LLM request carries: the last ``turns`` caller turns (0: all), plus, with
+    ``keep_tool_turns``, every earlier turn that ran a tool — its call and result are the facts
+    the agent works from (an order's status, the appointment it moved). A turn is a caller
+    message and what followed it; what came before the first caller message (the greeting) is
+    dropped with the first turn that leaves the window.
+
+    Each request drops at most the one turn that just left the window, so the prompt differs from
+    the previous one by one span after the system prompt, which the embedded LLM's KV cache
+    shifts out (:func:`rejoinder.adapters._kvcache.reuse_shifted`) instead of prefilling again."""
+    if not turns:
+        return history
+    starts = [i for i, m in enumerate(history) if m.role == "user"]
+    if len(starts) <= turns:
+        return history
+    cut = starts[-turns]
+    if not keep_tool_turns:
+        return history[cut:]
+    kept: list[ChatMessage] = []
+    for a, b in zip(starts, starts[1:] + [len(history)]):
+        if a >= cut:
+            break
+        if any(m.role == "tool" for m in history[a:b]):
+            kept.extend(history[a:b])
+    return kept + history[cut:]
 
 
 async def undo_runs(conv: Conversation, turn_id: int, runs: list[ToolRun]) -> None:
