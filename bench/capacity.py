@@ -8,8 +8,11 @@ zero-cost other models. Calls start spread over ``--stagger`` seconds; measureme
 last one has started and ends when the first one ends, so all N are live throughout.
 
 Per level it reports **frame age** — how late each 20 ms caller frame was processed after it was
-due, on the call's clock (p50/p95/p99/max) — V2V p50/p95 of the turns, CPU (100 % = one core) and
-RSS. The knee is the largest N with frame-age p99 ≤ 20 ms, and the largest N with V2V p95 ≤ 1.5 ×
+due, on the call's clock (p50/p95/p99/max) — V2V p50/p95 of the turns, CPU (100 % = one core),
+RSS, and the **CPU cost per call-frame**: the process's CPU time (frame loops, VAD, turns,
+replies, simulated callers) over the call-frames it processed, and the number of calls that
+fill one core at that cost (20 000 µs / cost). The cost is what a loaded or shared machine does
+not distort; frame age and V2V need the process to get a whole core. The knee is the largest N with frame-age p99 ≤ 20 ms, and the largest N with V2V p95 ≤ 1.5 ×
 the single-call p95 of the same code.
 
 ``--arms`` compares code versions in one run, level by level, alternating (A1 B1 A10 B10 …), so
@@ -97,8 +100,12 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
         state["measure"] = False
         wall = time.perf_counter() - window["t"]
         cpu = sum(proc.cpu_times()[:2]) - window["cpu"]
+        frames = pacing.shared_pacer().ages.n if pacing is not None else len(ages)
         window.update(wall_s=round(wall, 2), cpu_pct=round(100 * cpu / wall, 1),
-                      cpu_us_per_call_frame=round(1e6 * cpu / (n * wall * 50.0), 2),
+                      # CPU per call-frame: all the process's work (frames, turns, replies) over
+                      # the call-frames it processed; a loaded machine does not inflate it
+                      cpu_us_per_call_frame=round(1e6 * cpu / max(1, frames), 2),
+                      calls_per_core=round(20_000.0 / max(1e-9, 1e6 * cpu / max(1, frames))),
                       rss_mb=round(proc.memory_info().rss / 2**20, 1),
                       gc_collections=[s["collections"] - c for s, c in zip(gc.get_stats(), window["gc"])])
         if pacing is not None:
@@ -197,7 +204,9 @@ def main() -> None:
             fa = r.get("frame_age_ms") or {}
             print(f"{arm:>7} N={n:<5} frame age p50/p99/max {fa.get('p50')}/{fa.get('p99')}/"
                   f"{fa.get('max')} ms  V2V p50/p95 {r.get('v2v_ms', {}).get('p50')}/"
-                  f"{r.get('v2v_ms', {}).get('p95')} ms  CPU {r.get('cpu_pct')} %  RSS "
+                  f"{r.get('v2v_ms', {}).get('p95')} ms  CPU {r.get('cpu_pct')} %  "
+                  f"{r.get('cpu_us_per_call_frame')} us/call-frame ({r.get('calls_per_core')} calls "
+                  f"fill a core)  RSS "
                   f"{r.get('rss_mb')} MB  turns {r.get('turns')} errors {r.get('errors')}"
                   f"{'  FAILED ' + str(r['failed']) if 'failed' in r else ''}", file=sys.stderr)
     out = {"vad": a.vad, "levels": levels, "seconds": a.seconds, "arms": rows,

@@ -230,6 +230,9 @@ class SimulatedCaller:
     def hear(self, frame: np.ndarray, now: float, peak: int | None = None) -> None:
         """The agent audio (int16, 16 kHz) the caller heard in the frame starting at ``now``;
         ``peak`` is its peak |sample| when the sender already knows it (the line's playout)."""
+        if peak is not None and peak < self.level:  # known quiet (most frames): nothing to do
+            self._heard_prev = False
+            return
         t0 = time.perf_counter()
         if peak is None:
             peak = int(np.abs(frame.astype(np.int32)).max(initial=0))

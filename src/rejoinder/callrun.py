@@ -139,7 +139,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
 
     bus.subscribe(on_event)
     session = Session(st, stack, agent, ctx, policy=policy, recovery=recovery, filler=filler,
-                      preemptive=preemptive)
+                      preemptive=preemptive, max_seconds=max(900.0, max_ms / 1000.0 + 60.0))
     greets = greeting and agent.greeting is not None
     caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=greets)
     rec = WavWriter(out_dir / "call.wav", RATE, channels=2) if out_dir else None  # L caller, R agent

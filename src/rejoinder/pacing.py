@@ -11,7 +11,7 @@ at or after it was added, and frame *k* is due exactly ``k × frame_ms`` later (
 count times the period, so there is no drift however long the call).
 
 When the loop is late (a blocked event loop, CPU starvation) a lane catches up frame by frame,
-in order; a lane that is more than ``resync_ms`` behind skips ahead instead of bursting (live
+in order, at most three frames per lane per pass, with the event loop served between passes; a lane that is more than ``resync_ms`` behind skips ahead instead of bursting (live
 transports: audio that late is useless). Every frame's *age* — how late its step ran after it
 was due, in ms — goes into :attr:`Pacer.ages` (a fixed-bucket histogram: no allocation per frame),
 the figure the capacity benchmark reads (``bench/capacity.py``).
@@ -107,6 +107,7 @@ class Pacer:
         self.after_tick: list[Callable[[], None]] = []
         self.ages = AgeHistogram()
         self.wakes = 0
+        self.catchups = 0  # extra ticks while lanes were behind
         self._ticked_ms = -math.inf  # the last grid point ticked
         self._task: asyncio.Task | None = None
 
@@ -153,18 +154,22 @@ class Pacer:
             await clock.sleep_until(k * frame)
             self.wakes += 1
             self._ticked_ms = k * frame
-            self.tick()
+            while self.tick():  # lanes still behind: let other tasks run, then catch up more
+                await asyncio.sleep(0)
+                self.catchups += 1
             k = max(k + 1, math.floor(clock.now_ms() / frame) + 1) if self.lanes else k
-            # (a late wake catches up inside tick(); the next wake is the next grid point)
 
-    def tick(self) -> None:
-        """Step every lane whose frames are due (catching up in rounds), then run the
-        ``after_tick`` hooks once."""
+    def tick(self, rounds: int = 3) -> bool:
+        """Step every lane whose frames are due, catching up at most ``rounds`` frames per lane,
+        then run the ``after_tick`` hooks once. Returns True when lanes are still behind (the
+        caller yields to the event loop first, so that an overloaded process keeps serving its
+        replies while its frame loops catch up)."""
         now = self.clock.now_ms()
         frame = self.frame_ms
         ages = self.ages
         pending = list(self.lanes)
-        while pending:
+        while pending and rounds > 0:
+            rounds -= 1
             behind: list[Lane] = []
             for lane in pending:
                 if lane.done.done():
@@ -190,6 +195,7 @@ class Pacer:
             pending = behind
         for hook in self.after_tick:
             hook()
+        return bool(pending)
 
     def _finish(self, lane: Lane, exc: BaseException | None) -> None:
         if lane in self.lanes:

@@ -93,12 +93,16 @@ class VadTracker:
         ``frame_start_ms``; returns the signals of the windows it completed (none with a
         batching VAD: they go to :attr:`on_signals` once judged)."""
         n = len(frame)
+        if (frame.dtype == np.int16) != (self._buf.dtype == np.int16):  # int16 stays int16 until a window is full
+            kept = self._buf[:self._fill].astype(np.float32) * (self._scale if self._scale != 1.0 else 1.0)
+            self._buf = np.zeros(len(self._buf), dtype=np.int16 if frame.dtype == np.int16 else np.float32)
+            self._scale = 1.0 / 32768.0 if frame.dtype == np.int16 else 1.0
+            self._buf[:self._fill] = kept / self._scale if self._scale != 1.0 else kept
         if self._fill == 0:
             self._buf_start_ms = frame_start_ms
         if self._fill + n > len(self._buf):
             raise ValueError(f"frame of {n} samples is larger than the VAD buffer; use ≤ 20 ms frames")
         self._buf[self._fill:self._fill + n] = frame
-        self._scale = 1.0 / 32768.0 if frame.dtype == np.int16 else 1.0
         self._fill += n
         out: list[VadSignal] = []
         pos = 0
