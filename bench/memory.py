@@ -37,7 +37,7 @@ def _child(minutes: float) -> dict:
 
     proc = psutil.Process()
     marks: dict[str, float] = {}
-    checkpoints = {"2min": 120_000.0, "10min": 600_000.0, "end": 60_000.0 * minutes - 5_000.0}
+    checkpoints = {"2min": 120_000.0, **{f"{m}min": 60_000.0 * m for m in range(5, int(minutes) + 1, 5)}}
 
     class Sampled(VirtualClock):
         async def pace(self, t_ms: float) -> None:
@@ -53,9 +53,11 @@ def _child(minutes: float) -> dict:
                                    clock=Sampled(), out_dir=Path(tmp), greeting=False,
                                    max_ms=60_000.0 * minutes, tail_ms=500.0))
         wav_mb = (Path(tmp) / "call.wav").stat().st_size / 2**20
+    last = list(marks)[-1] if marks else None
     return {"minutes": round(res.duration_ms / 60_000.0, 2), "turns": len(res.turns),
             "error": res.error, "rss_mb": {k: round(v, 1) for k, v in marks.items()},
-            "growth_2_to_end_mb": round(marks["end"] - marks["2min"], 1) if "end" in marks else None,
+            "last_mark": last,
+            "growth_2_to_end_mb": round(marks[last] - marks["2min"], 1) if last and "2min" in marks else None,
             "call_wav_mb": round(wav_mb, 1)}
 
 
@@ -83,7 +85,8 @@ def main() -> None:
                     else {"failed": p.stderr.strip().splitlines()[-1:]})
         r = out[arm]
         print(f"{arm:>7}: {r.get('minutes')} min, {r.get('turns')} turns, RSS {r.get('rss_mb')} MB, "
-              f"growth 2 min -> end {r.get('growth_2_to_end_mb')} MB (goal <= 5), call.wav "
+              f"growth 2 min -> {r.get('last_mark')} {r.get('growth_2_to_end_mb')} MB (goal <= 5)"
+              f"{', ended: ' + r['error'] if r.get('error') else ''}, call.wav "
               f"{r.get('call_wav_mb')} MB on disk{'  ' + str(r['failed']) if 'failed' in r else ''}",
               file=sys.stderr)
     if a.json:
