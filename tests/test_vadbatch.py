@@ -122,3 +122,22 @@ async def test_a_call_with_the_batched_vad_is_answered_like_with_an_inline_one()
     inline, batched = results
     assert batched["eot_decided"] == inline["eot_decided"]
     assert batched["playback_start"] == inline["playback_start"]
+
+
+def test_a_flush_left_on_an_ended_loop_does_not_stall_the_next_one() -> None:
+    model = CountingModel()
+    b = VadBatcher(model)
+    s = b.open()
+    seen: list[float] = []
+    b.bind(s, lambda p, t: seen.append(t))
+
+    async def submit_and_end(t: float) -> None:
+        b.submit(s, np.zeros(512, np.float32), 1.0, t)  # the loop ends before its flush runs
+
+    asyncio.run(submit_and_end(0.0))
+
+    async def next_call() -> None:
+        b.submit(s, np.zeros(512, np.float32), 1.0, 32.0)
+        await asyncio.sleep(0)
+    asyncio.run(next_call())
+    assert seen == [0.0, 32.0]  # the stranded window was scored first, then the new one

@@ -26,10 +26,13 @@ a :class:`Pacer` on a :class:`~rejoinder.clock.VirtualClock` and drive it with `
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Callable
 
 from .clock import Clock, RealClock
+
+log = logging.getLogger("rejoinder.pacing")
 
 STOP = object()  #: returned by a lane's step to end the lane normally
 FRAME_MS = 20.0
@@ -148,6 +151,14 @@ class Pacer:
 
     # --- the tick ------------------------------------------------------------------------------
     async def _run(self) -> None:
+        try:
+            await self._loop()
+        except BaseException as exc:  # never leave a lane waiting on a dead timer
+            for lane in list(self.lanes):
+                self._finish(lane, exc if isinstance(exc, Exception) else RuntimeError("pacer stopped"))
+            raise
+
+    async def _loop(self) -> None:
         clock, frame = self.clock, self.frame_ms
         k = math.ceil(clock.now_ms() / frame)
         while self.lanes:
@@ -194,7 +205,10 @@ class Pacer:
                     behind.append(lane)
             pending = behind
         for hook in self.after_tick:
-            hook()
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 — a hook's failure must not stop every call's frames
+                log.exception("pacer after_tick hook failed")
         return bool(pending)
 
     def _finish(self, lane: Lane, exc: BaseException | None) -> None:

@@ -56,7 +56,7 @@ class VadBatcher:
         self._free: list[int] = []
         self._pending: list[int] = []
         self._is_pending: list[bool] = []
-        self._scheduled = False
+        self._scheduled: asyncio.AbstractEventLoop | None = None
         self.batches = 0
         self.windows = 0
         self._grow(slots)
@@ -99,13 +99,14 @@ class VadBatcher:
         self._start[slot] = start_ms
         self._is_pending[slot] = True
         self._pending.append(slot)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        loop = asyncio.get_running_loop()
+        if self._scheduled is not loop:  # (a flush scheduled on a loop that has ended never runs)
+            self._scheduled = loop
+            loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Score every waiting window in one model call and deliver the probabilities."""
-        self._scheduled = False
+        self._scheduled = None
         pending = self._pending
         if not pending:
             return
