@@ -108,3 +108,24 @@ def test_age_histogram_percentiles() -> None:
     assert h.percentile(50) == 50.0 and h.percentile(99) == 99.0
     h.add(10_000.0)  # beyond the last bucket: counted there, max kept exactly
     assert h.max_ms == 10_000.0 and h.percentile(100) == 101.0
+
+
+def test_the_shared_pacer_runs_calls_on_the_real_clock() -> None:
+    """Frame loops on real clocks share one pacer per event loop (functional: no timing)."""
+    from rejoinder.clock import RealClock
+    from rejoinder.pacing import shared_pacer
+
+    async def main() -> list[list[float]]:
+        seen: list[list[float]] = [[], []]
+
+        def stepper(i: int):
+            return lambda t: STOP if len(seen[i]) == 5 else seen[i].append(t)
+        p = shared_pacer()
+        assert shared_pacer() is p
+        await asyncio.gather(*(p.run(stepper(i), RealClock()) for i in range(2)))
+        return seen
+
+    for _ in range(2):  # a second event loop gets its own pacer
+        seen = asyncio.run(main())
+        for ts in seen:
+            assert len(ts) == 5 and all(b - a == 20.0 for a, b in zip(ts, ts[1:]))

@@ -228,9 +228,9 @@ def shared_pacer() -> Pacer:
     """The process's pacer for the running event loop (created on first use, real clock)."""
     loop = asyncio.get_running_loop()
     p = _PACERS.get(id(loop))
-    if p is None or getattr(p, "_loop", None) is not loop:
+    if p is None or getattr(p, "_owner_loop", None) is not loop:
         p = Pacer()
-        p._loop = loop  # type: ignore[attr-defined]
+        p._owner_loop = loop  # type: ignore[attr-defined]
         _PACERS.clear()  # one loop at a time per process (asyncio.run); drop older loops' pacers
         _PACERS[id(loop)] = p
     return p
