@@ -128,4 +128,4 @@ def test_the_shared_pacer_runs_calls_on_the_real_clock() -> None:
     for _ in range(2):  # a second event loop gets its own pacer
         seen = asyncio.run(main())
         for ts in seen:
-            assert len(ts) == 5 and all(b - a == 20.0 for a, b in zip(ts, ts[1:]))
+            assert len(ts) == 5 and all(b - a == pytest.approx(20.0) for a, b in zip(ts, ts[1:]))
