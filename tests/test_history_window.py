@@ -30,14 +30,14 @@ def users(msgs: list[ChatMessage]) -> list[str]:
 
 def test_last_turns_plus_every_tool_turn_are_kept() -> None:
     h = call_history(30, {2, 9, 19})
-    kept = window(h, 6)
+    kept = window(h, 6, keep_tool_turns=True)
     assert users(kept) == ["question 2", "question 9", "question 19"] + [f"question {i}" for i in range(25, 31)]
     # a kept tool turn is whole: the call, its result (the facts) and the answer
     tools = [m for m in kept if m.role == "tool"]
     assert [t.tool_call_id for t in tools] == ["call_2", "call_9", "call_19"]
     assert kept[:4] == h[h.index(ChatMessage("user", "question 2")):][:4]
     assert all(m.content != "Hi! How can I help?" for m in kept)  # the greeting left with turn 1
-    assert window(h, 6, keep_tool_turns=False) == h[h.index(ChatMessage("user", "question 25")):]
+    assert window(h, 6) == h[h.index(ChatMessage("user", "question 25")):]  # the default
 
 
 def test_short_calls_and_zero_keep_everything() -> None:
@@ -49,8 +49,8 @@ def test_each_new_turn_drops_at_most_one_span() -> None:
     """Consecutive requests differ by one contiguous dropped span (what the KV shift handles)."""
     h = call_history(40, {3, 4, 12, 20, 33})
     for n in range(7, 41):
-        before = window(h[:h.index(ChatMessage("assistant", f"answer {n - 1}")) + 1], 6)
-        after = window(h[:h.index(ChatMessage("assistant", f"answer {n}")) + 1], 6)
+        before = window(h[:h.index(ChatMessage("assistant", f"answer {n - 1}")) + 1], 6, True)
+        after = window(h[:h.index(ChatMessage("assistant", f"answer {n}")) + 1], 6, True)
         p = next((i for i, (a, b) in enumerate(zip(before, after)) if a != b), len(before))
         rest = before[p:]
         # after the common prefix, `after` continues with a suffix of `before` (one span cut)
@@ -59,10 +59,11 @@ def test_each_new_turn_drops_at_most_one_span() -> None:
 
 
 def test_the_default_request_windows_the_reference_way() -> None:
-    assert LLMSettings().history_turns == 6 and LLMSettings().keep_tool_turns
+    assert LLMSettings().history_turns == 6 and not LLMSettings().keep_tool_turns
     agent = Agent("You help.")
     conv = Conversation(agent, CallContext("c1"), Stamper("c1", VirtualClock(), EventBus()))
     conv.history = call_history(20, {5})
     req = conv.request([ChatMessage("user", "question 21")], final_step=False)
     assert req.messages[0].role == "system"
-    assert users(req.messages) == ["question 5"] + [f"question {i}" for i in range(15, 22)]
+    assert users(req.messages) == [f"question {i}" for i in range(15, 22)]
+    assert "Hi! How can I help?" not in [m.content for m in req.messages]

@@ -2,8 +2,8 @@
 that holds only what the caller actually heard.
 
 The history is append-only within a call; a request carries the system message, then a window of
-it (:func:`window`, ``LLMSettings.history_turns`` caller turns, default 6, plus every earlier
-turn that ran a tool: the facts). A backend that keeps the conversation's KV cache
+it (:func:`window`, the last ``LLMSettings.history_turns`` caller turns, default 6; optionally
+every earlier turn that ran a tool too, ``keep_tool_turns``). A backend that keeps the conversation's KV cache
 (``LLMRequest.cache_key`` = the call id) only prefills what is new since the last request and
 shifts the turn that left the window out of its cache, so time to first token does not grow
 with the length of the call (``bench/ttft_growth.py``).
@@ -156,7 +156,7 @@ class Conversation:
                 self.history.append(m)
 
 
-def window(history: list[ChatMessage], turns: int, keep_tool_turns: bool = True) -> list[ChatMessage]:
+def window(history: list[ChatMessage], turns: int, keep_tool_turns: bool = False) -> list[ChatMessage]:
     """The history an LLM request carries: the last ``turns`` caller turns (0: all), plus, with
     ``keep_tool_turns``, every earlier turn that ran a tool — its call and result are the facts
     the agent works from (an order's status, the appointment it moved). A turn is a caller
