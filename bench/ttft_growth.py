@@ -202,7 +202,13 @@ async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_at
     ratios = [c.rows[done - 1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls] if done > 1 else []
     cpu_ratios = ([c.rows[done - 1]["ttft_cpu_ms"] / c.rows[0]["ttft_cpu_ms"] for c in calls]
                   if done > 1 else [])
+    # turns whose first delta was text (the model called no tool on its own): TTFT is then the
+    # time to the first word, not to a whole tool call; the last such turn against turn 1
+    text = [r for r in per_turn if not r["own_calls"] and not r["tool_turn"]]
+    text_ratio = (round(text[-1]["ttft_cpu_ms_p50"] / per_turn[0]["ttft_cpu_ms_p50"], 3)
+                  if len(text) > 1 and text[0] is per_turn[0] else None)
     return {"agent": agent.name, "tool_mode": llm.tool_mode, "n_ctx": llm._llm.n_ctx(),
+            "last_text_turn": text[-1]["turn"] if text else None, "cpu_ratio_last_text_turn": text_ratio,
             "turns": turns, "turns_done": done, "failed": failed, "repeats": repeats,
             "interleave": interleave, "cache_key": use_key, "flash_attn": flash_attn,
             "history_turns": history_turns, "per_turn": per_turn,
@@ -234,7 +240,8 @@ def print_report(out: dict) -> None:
         cut = "" if last == out["turns"] else f"; calls failed before turn {last + 1}"
         print(f"TTFT(turn {last}) / TTFT(turn 1): median of per-call ratios "
               f"{out['ratio_last_first_p50']:.2f}, ratio of medians {out['ratio_of_medians']:.2f} "
-              f"(goal <= 1.1{cut}); in CPU time {out['cpu_ratio_last_first_p50']:.2f}; KV state saves {out['kv_saves']}, restores "
+              f"(goal <= 1.1{cut}); in CPU time {out['cpu_ratio_last_first_p50']:.2f} (last turn "
+              f"answered in text, {out['last_text_turn']}: {out['cpu_ratio_last_text_turn']}); KV state saves {out['kv_saves']}, restores "
               f"{out['kv_restores']}; RSS {out['rss_mb']:.0f} MB")
 
 
