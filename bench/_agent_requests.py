@@ -110,7 +110,7 @@ def variant(agent: Agent, examples: str = "", schemas: str = "declared", **llm: 
     tools = []
     for t in agent.tools.values():
         t2 = copy.copy(t)
-        t2.schema = ToolSchema(t.name, t.description, shape(t.schema.parameters))
+        t2.schema = ToolSchema(t.name, t.description, shape(t.schema.parameters), t.schema.examples)
         tools.append(t2)
     return Agent(agent.instructions + examples, name=agent.name, greeting=agent.greeting,
                  tools=tools, llm=agent.llm.model_copy(update=llm), on_call_start=agent.on_call_start,
@@ -130,6 +130,7 @@ async def warm(llm, agent: Agent) -> None:
     """Prefill the system turn as ``Runtime.warmup`` does (instructions and tool schemas)."""
     tools = tuple(t.schema for t in agent.tools.values())
     await asyncio.to_thread(llm.warmup, agent.instructions, tools)
+    await asyncio.to_thread(llm.warm_gate, tools, tuple(agent.llm.talk_examples))
 
 
 class DemoCall:

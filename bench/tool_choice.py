@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from _agent_requests import EXAMPLES, SCHEMAS, DemoCall, agent_for, make_llm, variant, warm
 from rejoinder.app.support import _digits, parse_time
-from rejoinder.ports import LLMRequest, PortError, ToolCall
+from rejoinder.ports import LLMRequest, PortError, ToolCall, ToolDecision
 
 ANY_SERVICE = ("", "haircut")  # the demo caller has one appointment, a haircut
 
@@ -125,11 +125,11 @@ ITEMS: list[Item] = [
     Item("Thanks, that's great.", (), "appointments"),
 ]
 
-MODES = ("lazy", "eager")
+MODES = ("gate", "lazy", "eager")
 SCHEMA_SUFFIXES = ("strict", "hhmm", "bare")
 #: The designs run by default (any MODE[-EXAMPLES][-SCHEMAS] can be named with --designs):
 #: each mode as declared and strict, then eager (the mode that calls) across examples and schemas.
-DESIGNS = ["lazy", "lazy-strict", "lazy-fewshot", "eager", "eager-strict", "eager-hhmm",
+DESIGNS = ["gate", "lazy", "lazy-strict", "lazy-fewshot", "eager", "eager-strict", "eager-hhmm",
            "eager-bare", "eager-fewshot", "eager-fewshot-strict", "eager-fewcall",
            "eager-fewcall-strict", "eager-nocall-strict"]
 
@@ -213,11 +213,13 @@ async def run_design(llm, base, name: str, items: list[Item]) -> dict:
         req = await ask(agent, item, f"{name}-{n}")
         t0 = time.perf_counter()
         first_text = call_ms = None
-        call, text, error = None, "", None
+        call, text, error, decision = None, "", None, None
         try:
             async for d in llm.stream(req):
                 now = (time.perf_counter() - t0) * 1000
-                if isinstance(d, ToolCall):
+                if isinstance(d, ToolDecision):
+                    decision = d.as_dict()
+                elif isinstance(d, ToolCall):
                     call, call_ms = call or d, call_ms or now
                 else:
                     first_text = first_text if first_text is not None else now
@@ -229,7 +231,7 @@ async def run_design(llm, base, name: str, items: list[Item]) -> dict:
         rows.append({"say": item.say, "ctx": item.ctx, "kind": item.kind, "tool_ok": tool_ok,
                      "args_ok": args_ok, "call": [call.name, call.arguments] if call else None,
                      "text": text.strip()[:80], "error": error, "call_ms": call_ms,
-                     "ttft_ms": first_text if call is None else None})
+                     "ttft_ms": first_text if call is None else None, "decision": decision})
         print(f"  [{name}] {'ok ' if args_ok else 'BAD'} {item.say!r} -> "
               f"{rows[-1]['call'] or error or rows[-1]['text']!r}", file=sys.stderr)
     return summarise(name, rows)
@@ -279,6 +281,8 @@ async def _first_delta_ms(llm, req: LLMRequest) -> tuple[float, bool]:
     gen = llm.stream(req)
     try:
         d = await gen.__anext__()
+        while isinstance(d, ToolDecision):  # the gate's decision is not the first delta
+            d = await gen.__anext__()
         return (time.perf_counter() - t0) * 1000, isinstance(d, ToolCall)
     finally:
         await gen.aclose()
@@ -286,16 +290,16 @@ async def _first_delta_ms(llm, req: LLMRequest) -> tuple[float, bool]:
 
 async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
     """What the tool machinery costs before the first delta, on the small-talk items: the
-    agent's request (tools listed) with ``tool_choice`` "none" (text only), "auto" lazy, and
-    "auto" eager, interleaved item by item so load drift hits all three alike; each request
+    agent's request (tools listed) with ``tool_choice`` "none" (text only), "auto" lazy,
+    "auto" eager and "auto" gate (the decision's scoring pass included), interleaved item by item so load drift hits all three alike; each request
     starts from the warmed system turn (as a call's first reply does), so all three prefill the
     same tokens. Medians in ms."""
-    times: dict[str, list[float]] = {"none": [], "lazy": [], "eager": []}
+    times: dict[str, list[float]] = {"none": [], "lazy": [], "eager": [], "gate": []}
     eager_calls = 0
     for r in range(rounds):
         for n, item in enumerate(i for i in items if i.kind == "none"):
             for mode in times:
-                llm.tool_mode = "eager" if mode == "eager" else "lazy"
+                llm.tool_mode = "lazy" if mode == "none" else mode
                 req = await ask(agent, item, f"cost-{r}-{n}-{mode}", max_tokens=8,
                                 tool_choice="none" if mode == "none" else "auto")
                 await warm(llm, agent)

@@ -76,6 +76,11 @@ class LLMSettings(BaseModel):
     max_steps: int = Field(3, ge=1, le=10)
     history_turns: int = Field(6, ge=0)
     keep_tool_turns: bool = False
+    #: the embedded LLM's tool-gate threshold for this agent (``rejoinder calibrate`` prints
+    #: it); None: the model's shipped calibration
+    tool_threshold: float | None = None
+    #: caller utterances that need no tool, added to the gate's built-in small-talk examples
+    talk_examples: list[str] = Field(default_factory=list)
 
 
 class Agent:

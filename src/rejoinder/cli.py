@@ -36,7 +36,8 @@ def print_turns(result, as_json: bool) -> None:
             s = r.summary()
             print(json.dumps({k: s[k] for k in ("turn_id", "status", "v2v_ms", "time_to_answer_ms", "segments",
                                                 "largest_segment", "transcript", "heard_text",
-                                                "boundaries", "estimated", "tools", "stalls")}))
+                                                "boundaries", "estimated", "tools", "tool_decisions",
+                                                "stalls")}))
         return
     table = Table(title=f"call {result.call_id}: voice-to-voice latency per turn (ms)")
     for col in ("turn", "caller said", "agent said (heard)", "V2V", "critical path", "largest"):
@@ -155,6 +156,48 @@ def prepare() -> None:
     for stage, info in models.items():
         files = ", ".join(f["path"] for f in info.get("files", [])) or "(no weight file)"
         console.print(plain(f"  {stage}: {info.get('model')} [{info.get('license')}]  {files}"))
+
+
+@app.command()
+def calibrate(agent: Optional[str] = typer.Option(None, help="the agent (default: support)"),
+              llm_model: Optional[Path] = typer.Option(None, help="a local GGUF (default: the "
+                                                       "bundled SmolLM2-135M)"),
+              config: Optional[Path] = typer.Option(None, help="runtime config YAML"),
+              max_spurious: float = typer.Option(0.05, min=0.0, max=1.0,
+                                                 help="highest share of talk examples that may call a tool"),
+              json_out: bool = typer.Option(False, "--json", help="the result as JSON on stdout")) -> None:
+    """Fit the embedded LLM's tool-gate threshold on the agent's own examples (each tool's
+    ``examples``, and ``llm.talk_examples``), scored leave-one-out; prints the threshold to set
+    as ``llm: {tool_threshold: …}`` in the agent."""
+    from .calibrate import calibrate as fit
+    from .config import load_config
+    try:
+        cfg = load_config(config, agent=agent, tts=None, llm="smollm2")
+        opts = cfg.stack.llama.model_dump()
+        if llm_model is not None:
+            if not llm_model.is_file():
+                raise RejoinderError(f"no GGUF file at {llm_model}: give the path of a local .gguf model")
+            opts["model_path"] = str(llm_model)
+        from .adapters.llama_llm import LlamaLLM
+        with console.status("loading the model…"):
+            model = LlamaLLM(**opts)
+        from .agent import load_agent
+        the_agent = load_agent(cfg.agent)
+        with console.status(f"scoring {the_agent.name!r}'s examples leave-one-out…"):
+            result = fit(the_agent, model, max_spurious=max_spurious)
+    except RejoinderError as exc:
+        _fail(exc)
+    if json_out:
+        print(json.dumps({"agent": the_agent.name, "model": model.model_name, **result.as_dict()}))
+        return
+    t = Table("utterance", "label", "margin", "gate's tool", title=f"{plain(the_agent.name)} on {plain(model.model_name)}")
+    for p in result.points:
+        t.add_row(plain(p.say), p.label or "(talk)", f"{p.margin:.2f}", p.best or "")
+    table_console().print(t)
+    console.print(f"threshold {result.threshold:.2f}: right tool {result.right_tool:.0%} of "
+                  f"{result.positives} tool examples, spurious calls {result.spurious:.0%} of "
+                  f"{result.negatives} talk examples (leave-one-out)")
+    print(f"llm: {{tool_threshold: {result.threshold:.2f}}}")
 
 
 from .harness.cli import register as _register_harness  # noqa: E402

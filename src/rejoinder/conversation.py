@@ -77,7 +77,8 @@ class Conversation:
             (self.system, *history, *pending), max_tokens=self.agent.llm.max_tokens,
             temperature=self.agent.llm.temperature, tools=self.tool_schemas,
             tool_choice="none" if final_step or not self.tool_schemas else "auto",
-            cache_key=self.ctx.call_id)
+            cache_key=self.ctx.call_id, tool_threshold=self.agent.llm.tool_threshold,
+            talk_examples=tuple(self.agent.llm.talk_examples))
 
     def new_call_id(self) -> str:
         return f"call_{next(self._ids)}"

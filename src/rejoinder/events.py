@@ -23,6 +23,7 @@ BoundaryName = Literal[
     "stt_end",
     "llm_request",
     "llm_first_token",
+    "tool_decided",
     "llm_end",
     "tool_start",
     "tool_end",

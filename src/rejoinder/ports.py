@@ -90,6 +90,9 @@ class ToolSchema:
     name: str
     description: str
     parameters: dict[str, Any]
+    #: caller utterances that call for this tool (the tool gate's few-shot examples and
+    #: calibration set, :mod:`rejoinder.calibrate`); never sent as part of the schema
+    examples: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,31 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDecision:
+    """How a backend decided between speaking and calling a tool, yielded before the reply's
+    first text or call by a backend that decides by scoring (the embedded llama.cpp adapter's
+    ``tool_mode="gate"``, :mod:`rejoinder.adapters._gate`). The runtime stamps it
+    (``tool_decided``) and records it per turn; it is never spoken.
+
+    ``chosen``: the tool to call, or None (speak); ``scores``: natural-log probabilities,
+    ``log P(call, tool)`` per tool and ``log P(no call)`` under ``"(none)"``; ``margin``:
+    ``log Σ P(call, tool) − log P(no call)``; ``threshold``: the calibrated value the margin was
+    compared with; ``source``: where the threshold came from (``"request"``, ``"model"``,
+    ``"default"``)."""
+
+    chosen: str | None
+    scores: dict[str, float]
+    margin: float
+    threshold: float
+    source: str = "model"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"chosen": self.chosen, "margin": round(self.margin, 3),
+                "threshold": round(self.threshold, 3), "source": self.source,
+                "scores": {k: round(v, 3) for k, v in self.scores.items()}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +156,10 @@ class LLMRequest:
     ``"none"`` (text only), ``"required"`` (some call) or one tool's name. ``cache_key`` is a
     hint that requests with the same key share a growing prefix (one call's conversation), so a
     backend can keep that conversation's KV cache (OpenAI's ``prompt_cache_key``, a llama.cpp
-    slot); it never changes the output."""
+    slot); it never changes the output. ``tool_threshold`` is the calibrated threshold of a
+    scoring backend's talk-or-call decision for this agent (:class:`ToolDecision`; None: the
+    backend's own calibration for its model) and ``talk_examples`` caller utterances that need
+    no tool (the decision's counter-examples); other backends ignore both."""
 
     messages: tuple[ChatMessage, ...]
     max_tokens: int = 96
@@ -139,9 +170,11 @@ class LLMRequest:
     tools: tuple[ToolSchema, ...] = ()
     tool_choice: ToolChoice = "auto"
     cache_key: str | None = None
+    tool_threshold: float | None = None
+    talk_examples: tuple[str, ...] = ()
 
 
-LLMDelta = Union[str, ToolCall]
+LLMDelta = Union[str, ToolCall, ToolDecision]
 
 
 @runtime_checkable
@@ -154,6 +187,8 @@ class LLMPort(Protocol):
     model_name: str
 
     def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]: ...
+
+    # A backend that decides talk-or-call by scoring yields one :class:`ToolDecision` first.
 
 
 @dataclass(frozen=True, slots=True)

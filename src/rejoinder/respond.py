@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from .conversation import Conversation, Step
 from .events import LlmToken, Recovery
-from .ports import ChatMessage, LLMPort, ToolCall
+from .ports import ChatMessage, LLMPort, ToolCall, ToolDecision
 from .reply import RecoveryPolicy
 from .stages import timed_llm, watch
 
@@ -152,6 +152,8 @@ class Draft:
                 stream = timed_llm(st, self.turn_id, self.llm, req)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
                                          self.policy.llm_stall_ms, "llm"):
+                    if isinstance(delta, ToolDecision):  # stamped by timed_llm; never spoken
+                        continue
                     if isinstance(delta, ToolCall):
                         calls.append(delta if delta.id else replace(delta, id=self.conv.new_call_id()))
                         continue

@@ -17,7 +17,8 @@ from typing import Any, AsyncIterable, AsyncIterator, Callable
 
 from .clock import Clock
 from .events import Boundary, Event, EventBus
-from .ports import LLMDelta, LLMPort, LLMRequest, PortError, STTPort, Transcript, TTSAudio, TTSPort
+from .ports import (LLMDelta, LLMPort, LLMRequest, PortError, STTPort, ToolDecision, Transcript,
+                    TTSAudio, TTSPort)
 
 
 class WatchdogTimeout(PortError):
@@ -85,7 +86,9 @@ async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
 async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[LLMDelta]:
     """Stream ``llm`` for ``request``, stamping ``llm_request`` (``data``: model, provider, the
     number of messages, max_tokens, temperature, the number of tools offered), ``llm_first_token``
-    (the first text or tool call) and ``llm_end`` (``data``: outcome,
+    (the first text or tool call), ``tool_decided`` when a scoring backend's
+    :class:`~rejoinder.ports.ToolDecision` arrives (``data``: chosen, margin, threshold, source,
+    scores) and ``llm_end`` (``data``: outcome,
     ``deltas`` — text deltas streamed, one token each for llama.cpp and OpenAI-style streams —
     and ``tool_calls``)."""
     st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
@@ -94,6 +97,9 @@ async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest
     data = {"deltas": 0, "tool_calls": 0}
 
     def each(delta: LLMDelta) -> None:
+        if isinstance(delta, ToolDecision):
+            st.stamp("tool_decided", turn_id, **delta.as_dict())
+            return
         if delta and not (data["deltas"] or data["tool_calls"]):
             st.stamp("llm_first_token", turn_id)
         if isinstance(delta, str):

@@ -11,9 +11,10 @@ segment             ends at                                  means
 ==================  =======================================  ================================
 endpointing         ``eot_decided``                          waiting to decide the turn ended
 transcription       ``transcript_final``                     STT lag after the decision
-tool_choice         last ``tool_start`` before first speech  the LLM deciding and writing a
-                                                             tool call (its request until the
-                                                             call is complete)
+tool_choice         last ``tool_start`` (or, in a turn       the LLM deciding and writing a
+                    without a tool on the path, the last     tool call (its request until the
+                    ``tool_decided``) before first speech    call is complete), or the tool
+                                                             gate deciding to talk
 tools               last ``tool_end`` before first speech    tool calls on the path
 llm_ttft            last ``llm_first_token`` before first    LLM time to first token of the
                     speech                                   step that spoke
@@ -65,6 +66,8 @@ class TurnRecord:
     heard_text: str = ""
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     llm_first_tokens: list[float] = field(default_factory=list)  # every LLM request's first token
+    # the tool gate's decisions (rejoinder.ports.ToolDecision.as_dict() + "t_ms")
+    tool_decisions: list[dict[str, Any]] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)  # why the reply talked on after caller sounds
     rejected: dict[str, Any] | None = None  # why the turn was rejected as noise, what was heard
     initiated: str | None = None  # the agent spoke on its own (e.g. "idle_prompt"): no caller turn
@@ -79,6 +82,8 @@ class TurnRecord:
         tool_ends = [t["end_ms"] for t in self.tools if t.get("end_ms") is not None
                      and t["end_ms"] <= speak]
         tool_starts = [t["start_ms"] for t in self.tools if t["start_ms"] <= speak]
+        if not tool_starts:  # the gate chose to talk: its decision is on the path
+            tool_starts = [d["t_ms"] for d in self.tool_decisions if d["t_ms"] <= speak]
         firsts = [t for t in self.llm_first_tokens if t <= speak]
         points = [
             ("endpointing", s.get("eot_decided")),
@@ -142,6 +147,7 @@ class TurnRecord:
             "rejected": self.rejected,
             "initiated": self.initiated,
             "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
+            "tool_decisions": self.tool_decisions,
         }
 
 
@@ -225,6 +231,8 @@ class Timeline:
             return
         elif b.name == "llm_first_token":
             rec.llm_first_tokens.append(b.t_ms)
+        elif b.name == "tool_decided":
+            rec.tool_decisions.append({**b.data, "t_ms": round(b.t_ms, 3)})
         elif b.name == "transcript_final":
             rec.transcript = str(b.data.get("text", ""))
         if b.estimated and b.name in rec.stamps and b.name not in rec.estimated:

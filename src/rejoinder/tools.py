@@ -38,7 +38,7 @@ import asyncio
 import inspect
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, get_type_hints
+from typing import Any, Callable, Iterable, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -94,7 +94,8 @@ class Tool:
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  description: str | None = None, reversible: bool = False,
                  timeout_s: float | None = 10.0,
-                 compensate: Callable[..., Any] | None = None) -> None:
+                 compensate: Callable[..., Any] | None = None,
+                 examples: Iterable[str] = ()) -> None:
         if not callable(fn):
             raise ConfigError(f"tool {fn!r} is not callable")
         self.fn = fn
@@ -130,8 +131,9 @@ class Tool:
             fields[p.name] = (hint, Field(default, description=doc) if doc else Field(default))
         self.params: type[BaseModel] = create_model(  # type: ignore[call-overload]
             f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+        self.examples = tuple(str(x) for x in examples)
         self.schema = ToolSchema(self.name, self.description,
-                                 _clean_schema(self.params.model_json_schema()))
+                                 _clean_schema(self.params.model_json_schema()), self.examples)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, reversible={self.reversible})"
@@ -188,15 +190,18 @@ class Tool:
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
-         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None) -> Any:
+         timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
+         examples: Iterable[str] = ()) -> Any:
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
 
     ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
+    ``examples``: a few caller utterances that call for the tool; the embedded LLM's tool gate
+    shows them to the model and calibrates its threshold on them (``rejoinder calibrate``).
     Returns a :class:`Tool`.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
-                    timeout_s=timeout_s, compensate=compensate)
+                    timeout_s=timeout_s, compensate=compensate, examples=examples)
     return wrap(fn) if fn is not None else wrap
 
 

@@ -85,7 +85,7 @@ def whisper_stt():
 def llama_llm():
     from rejoinder.adapters.llama_llm import LlamaLLM
 
-    return LlamaLLM()
+    return LlamaLLM(tool_mode="lazy")  # the gate has its own tests (test_tool_gate.py)
 
 
 @pytest.fixture(scope="session")

@@ -13,17 +13,18 @@ import codecs
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from ..errors import ConfigError
-from ..ports import LLMDelta, LLMRequest, PortError, ToolCall
+from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
+from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DECIDE_GRAMMAR, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE, TOOL_CALL_OPEN,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
                         names_grammar, object_plan, parse_calls, render_prompt, value_grammar)
 
-TOOL_MODES = ("lazy", "eager")
+TOOL_MODES = ("gate", "lazy", "eager")
 
 
 @dataclass
@@ -51,6 +52,14 @@ class ChatEngine:
     only (the tools stay in the system prompt, so the cached prefix stays the same). ``"auto"``
     depends on ``tool_mode``:
 
+    - ``"gate"`` (default): when the last message is the caller's, the tool gate
+      (:class:`._gate.LabelGate`: label likelihoods in a narrow few-shot prompt of the tools'
+      examples, contextually calibrated) decides talk or call and which tool, against
+      ``request.tool_threshold`` or, without one, ``tool_threshold`` (the model's calibration).
+      The decision is yielded first as a :class:`~rejoinder.ports.ToolDecision` (``decision``
+      passes one made beforehand); then either the chosen tool's call is written under its
+      grammar, or text is sampled (call markup then ends the reply). After a tool result the
+      reply goes on as in lazy mode.
     - ``"lazy"``: sample freely and stream text at once; only text that may be the start of
       ``<tool_call>`` is held back. If the model writes the opener, the rest is sampled under the
       call grammars (the KV cache holds everything so far, so the switch costs a token or two).
@@ -71,8 +80,9 @@ class ChatEngine:
     """
 
     def __init__(self, llm: Any, *, seed: int = 0, tool_prompt: str = DEFAULT_TOOL_PROMPT,
-                 tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "lazy",
-                 max_tool_calls: int = 1, tool_call_tokens: int = 128) -> None:
+                 tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
+                 max_tool_calls: int = 1, tool_call_tokens: int = 128,
+                 tool_threshold: float = 0.0, threshold_source: str = "default") -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -85,6 +95,9 @@ class ChatEngine:
         self.tool_mode = tool_mode
         self.max_tool_calls = max(1, max_tool_calls)
         self.tool_call_tokens = tool_call_tokens
+        self.tool_threshold = tool_threshold
+        self.threshold_source = threshold_source
+        self._gates: OrderedDict[tuple, LabelGate] = OrderedDict()
         self._gbnf: OrderedDict[str, str] = OrderedDict()
         self._checked: set[str] = set()
         self._raw_calls: OrderedDict[tuple[str, ...], str] = OrderedDict()
@@ -171,6 +184,11 @@ class ChatEngine:
                     break
         finally:
             gen.close()
+
+    def gates(self, request: LLMRequest) -> bool:
+        """Whether :meth:`generate` decides ``request`` with the tool gate."""
+        return (self.tool_mode == "gate" and bool(request.tools) and request.tool_choice == "auto"
+                and self._after_user(request))
 
     def _calls(self, head: list[int], request: LLMRequest, stop: threading.Event,
                allow_empty: bool, first: bool) -> list[ToolCall] | None:
@@ -291,13 +309,39 @@ class ChatEngine:
             if tail:
                 yield tail
 
+    def gate_for(self, tools: tuple[ToolSchema, ...], talk_examples: tuple[str, ...] = ()) -> LabelGate:
+        """The tool gate of ``tools`` and ``talk_examples`` (kept per tool set)."""
+        key = (tuple((t.name, t.description, t.examples) for t in tools), talk_examples)
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = LabelGate(tools, DEFAULT_TALK_EXAMPLES + tuple(talk_examples))
+            self._gates[key] = gate
+            if len(self._gates) > 32:
+                self._gates.popitem(last=False)
+        self._gates.move_to_end(key)
+        return gate
+
+    def decide(self, request: LLMRequest) -> ToolDecision:
+        """The gate's talk-or-call decision for ``request`` (its last message: the caller's).
+        Uses the model's context freely: a caller that keeps conversations' KV states swaps the
+        conversation out first (``LlamaLLM`` does, under the gate's own cache key)."""
+        gate = self.gate_for(request.tools, request.talk_examples)
+        scores = gate.score(self._llm, request.messages)
+        if request.tool_threshold is not None:
+            threshold, source = request.tool_threshold, "request"
+        else:
+            threshold, source = self.tool_threshold, self.threshold_source
+        return ToolDecision(scores.chosen(threshold), {**scores.tools, "(none)": scores.none},
+                            scores.margin, threshold, source)
+
     @staticmethod
     def _after_user(request: LLMRequest) -> bool:
         """Eager decisions are taken on a caller's message only: after a tool result (or an
         assistant prefix) the reply goes on lazily, else a small model calls again and again."""
         return bool(request.messages) and request.messages[-1].role == "user" and not request.prefix
 
-    def generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[LLMDelta]:
+    def generate(self, request: LLMRequest, stop: threading.Event,
+                 decision: ToolDecision | None = None) -> Iterator[LLMDelta]:
         """Yield the reply's text deltas and ToolCalls; stop before the next token once ``stop``
         is set. The caller serialises calls (one ``Llama`` context).
 
@@ -314,6 +358,15 @@ class ChatEngine:
             if choice not in ("auto", "none"):
                 head = self._tokens(prompt + TOOL_CALL_OPEN)
                 yield from self._calls(head, request, stop, False, True) or ()
+            elif self.gates(request):
+                decision = decision or self.decide(request)
+                yield decision
+                if decision.chosen is not None:
+                    head = self._tokens(prompt + TOOL_CALL_OPEN)
+                    forced = replace(request, tool_choice=decision.chosen)
+                    yield from self._calls(head, forced, stop, False, False) or ()
+                else:
+                    yield from self._text(prompt, request, stop, opener="stop", first=False)
             elif choice == "auto" and self.tool_mode == "eager" and self._after_user(request):
                 head = self._tokens(prompt + TOOL_CALL_OPEN)
                 calls = self._calls(head, request, stop, True, True)

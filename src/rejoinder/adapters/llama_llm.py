@@ -18,6 +18,7 @@ from .._threads import iterate_in_thread
 from ..errors import MissingExtra
 from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
 from ._kvcache import ConversationCache
+from ._gate import CALIBRATED
 from ._llama_engine import ChatEngine, RequestStats
 from ._paths import model_file
 from ._toolcall import (DEFAULT_SYSTEM, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT,
@@ -75,7 +76,10 @@ class LlamaLLM:
             JSON list (default :data:`._toolcall.DEFAULT_TOOL_PROMPT`).
         tool_result_prompt: how a tool result is shown (``{name}``, ``{result}``; default
             :data:`._toolcall.DEFAULT_TOOL_RESULT_PROMPT`).
-        tool_mode: ``"lazy"`` (default) or ``"eager"``: how ``tool_choice="auto"`` decides.
+        tool_mode: ``"gate"`` (default), ``"lazy"`` or ``"eager"``: how ``tool_choice="auto"``
+            decides (see ChatEngine).
+        tool_threshold: the tool gate's threshold (default: the model's shipped calibration,
+            :data:`._gate.CALIBRATED`; a request's ``tool_threshold`` — the agent's — wins).
         max_tool_calls: most calls in one assistant message (default 1).
         tool_call_tokens: least token budget of a tool call (default 128).
         cache_mb: budget of saved conversation KV states in MiB (default 512, ≈23 k tokens).
@@ -91,9 +95,10 @@ class LlamaLLM:
     def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 8192,
                  n_threads: int = 2, n_batch: int = 256, seed: int = 0,
                  tool_prompt: str = DEFAULT_TOOL_PROMPT,
-                 tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "lazy",
+                 tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
-                 cache_mb: int = 512, flash_attn: bool = False) -> None:
+                 cache_mb: int = 512, flash_attn: bool = False,
+                 tool_threshold: float | None = None) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -102,15 +107,22 @@ class LlamaLLM:
         self.model_name = self.model_path.stem
         self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
                           n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
+        if tool_threshold is not None:
+            threshold, source = float(tool_threshold), "config"
+        elif self.model_name in CALIBRATED:
+            threshold, source = CALIBRATED[self.model_name], "model"
+        else:  # a user's GGUF before `rejoinder calibrate`: the decision is recorded as such
+            threshold, source = 0.0, "uncalibrated"
         self.engine = ChatEngine(self._llm, seed=seed, tool_prompt=tool_prompt,
                                  tool_result_prompt=tool_result_prompt, tool_mode=tool_mode,
-                                 max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens)
+                                 max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
+                                 tool_threshold=threshold, threshold_source=source)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
 
     @property
     def tool_mode(self) -> str:
-        """How ``tool_choice="auto"`` decides: ``"lazy"`` or ``"eager"`` (settable)."""
+        """How ``tool_choice="auto"`` decides: ``"gate"``, ``"lazy"`` or ``"eager"`` (settable)."""
         return self.engine.tool_mode
 
     @tool_mode.setter
@@ -139,6 +151,18 @@ class LlamaLLM:
             self._llm.eval(tokens)
         return len(tokens)
 
+    def warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str] = ()) -> bool:
+        """Evaluate the tool gate's prompt for ``tools`` (and the agent's ``talk_examples``)
+        into its own KV state (blocking), so the first caller turn only pays for its own
+        words. Returns False when the gate is not in use (another ``tool_mode``, no tools)."""
+        if self.engine.tool_mode != "gate" or not tools:
+            return False
+        with self._lock:
+            gate = self.engine.gate_for(tuple(tools), tuple(talk_examples))
+            self.cache.activate(gate.key)
+            gate.warm(self._llm)
+        return True
+
     def forget(self, cache_key: str) -> None:
         """Drop the saved KV state of a finished conversation (frees its memory at once)."""
         with self._lock:
@@ -148,8 +172,13 @@ class LlamaLLM:
         with self._lock:
             if stop.is_set():
                 return
+            decision = None
+            if self.engine.gates(request):  # the gate's prompt has a KV state of its own
+                gate = self.engine.gate_for(request.tools, request.talk_examples)
+                self.cache.activate(gate.key)
+                decision = self.engine.decide(request)
             self.cache.activate(request.cache_key)
-            yield from self.engine.generate(request, stop)
+            yield from self.engine.generate(request, stop, decision)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]:
         """Yield text deltas (``str``) of the assistant reply as tokens are sampled, and each tool

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import MissingExtra
-from ..ports import ChatMessage, LLMRequest, PortError, ToolCall, ToolSchema
+from ..ports import ChatMessage, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
 
 CHAT_FORMAT = "rejoinder-tools"
 _SERVER_DEPS = ("sse_starlette", "starlette_context", "pydantic_settings", "uvicorn")
@@ -257,6 +257,8 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
     if not stream:
         text, calls = "", []
         for d in deltas:
+            if isinstance(d, ToolDecision):
+                continue
             if isinstance(d, ToolCall):
                 calls.append(d)
             else:
@@ -280,6 +282,8 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
         yield chunk({"role": "assistant", "content": ""})
         try:
             for d in deltas:
+                if isinstance(d, ToolDecision):  # the gate's record: not part of the API
+                    continue
                 if isinstance(d, ToolCall):
                     yield chunk({"tool_calls": [_delta_json(len(calls), d)]})
                     calls.append(d)

@@ -40,7 +40,8 @@ class LlamaOptions(BaseModel):
     n_threads: int = Field(2, ge=1)
     n_batch: int = Field(256, ge=8)
     seed: int = 0
-    tool_mode: Literal["lazy", "eager"] = "lazy"
+    tool_mode: Literal["gate", "lazy", "eager"] = "gate"
+    tool_threshold: float | None = None
     max_tool_calls: int = Field(1, ge=1)
     tool_call_tokens: int = Field(128, ge=16)
     cache_mb: int = Field(512, ge=0)

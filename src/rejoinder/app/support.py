@@ -78,7 +78,21 @@ Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Frida
                             "Sunday"], BeforeValidator(_weekday)]
 
 
-@tool(reversible=True, timeout_s=2.0)
+# Tool examples: the tool gate's few-shot examples and its calibration set (rejoinder calibrate).
+# Written apart from the benchmark utterances (bench/tool_choice.py) and the held-out scenarios.
+ORDER_EXAMPLES = ("Could you find order 8812 for me?", "The number is 3 3 0 9.",
+                  "Is my package 1456 on its way?", "I'm checking on an order I placed, 2604.")
+LIST_EXAMPLES = ("Am I booked in this week?", "What time is my visit?",
+                 "Which bookings have I got with you?", "Remind me of my appointment, please.")
+MOVE_EXAMPLES = ("Push my appointment to Tuesday at noon.", "Can we do Monday morning instead?",
+                 "Could you shift my booking to Friday at two?")
+CANCEL_EXAMPLES = ("I won't make it, please call it off.", "Drop my booking.",
+                   "Take my appointment off the schedule.")
+#: Caller utterances that need no tool, beside the gate's built-in small talk.
+TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "Bye now."]
+
+
+@tool(reversible=True, timeout_s=2.0, examples=ORDER_EXAMPLES)
 def lookup_order(ctx: CallContext, order_id: OrderNumber) -> dict[str, Any]:
     """Look up one of the caller's orders: its item, status and delivery date.
 
@@ -105,7 +119,7 @@ def _appointments(ctx: CallContext) -> list[dict[str, Any]]:
             for a in db.appointments_of(_conn(ctx), customer["id"]) if a["status"] == "booked"]
 
 
-@tool(reversible=True, timeout_s=2.0)
+@tool(reversible=True, timeout_s=2.0, examples=LIST_EXAMPLES)
 def list_appointments(ctx: CallContext) -> dict[str, Any]:
     """List the caller's booked appointments (service, day and time)."""
     return {"appointments": _appointments(ctx)}
@@ -159,7 +173,7 @@ def _undo_reschedule(ctx: CallContext, result: dict[str, Any], **args: Any) -> N
                      (previous, result["appointment_id"], new))
 
 
-@tool(reversible=True, timeout_s=2.0, compensate=_undo_reschedule)
+@tool(reversible=True, timeout_s=2.0, compensate=_undo_reschedule, examples=MOVE_EXAMPLES)
 def reschedule_appointment(ctx: CallContext, day: Weekday, time: str, service: str = "") -> dict[str, Any]:
     """Move the caller's appointment to another weekday and time (Monday to Friday, 9 AM to 5 PM).
 
@@ -191,7 +205,7 @@ def reschedule_appointment(ctx: CallContext, day: Weekday, time: str, service: s
             "moved_from": db.speak_slot(row["slot"]), "moved_to": spoken}
 
 
-@tool(reversible=False, timeout_s=2.0)
+@tool(reversible=False, timeout_s=2.0, examples=CANCEL_EXAMPLES)
 def cancel_appointment(ctx: CallContext, service: str = "") -> dict[str, Any]:
     """Cancel the caller's appointment. Only after the caller has said yes to cancelling it.
 
@@ -245,6 +259,6 @@ agent = Agent(
     INSTRUCTIONS, name="support", greeting=greeting,
     tools=[lookup_order, list_appointments, reschedule_appointment, cancel_appointment],
     stt_vocabulary=[BUSINESS, "orders", "order numbers", "appointments", "haircut", "consultation"],
-    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3},
+    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3, "talk_examples": TALK_EXAMPLES},
     on_call_start=open_call, on_call_end=close_call, report_state=final_state,
 )

@@ -1,0 +1,131 @@
+"""Calibrate the embedded LLM's tool gate for one agent and one model (``rejoinder calibrate``).
+
+The gate (:mod:`rejoinder.adapters._gate`) calls a tool when the margin ``log Σ P(tool) −
+log P(none)`` of the caller's message reaches a threshold. The threshold depends on the model
+and on the agent's tools, so it is fitted on the agent's own labelled utterances:
+
+- **positives**: each tool's ``examples`` (``@tool(examples=[…])``, ``examples:`` in YAML);
+- **negatives**: the gate's built-in small talk plus the agent's ``llm.talk_examples``.
+
+Each utterance is scored *leave-one-out*: by a gate whose few-shot prompt lacks that utterance,
+so an example never vouches for itself. The threshold chosen is the one that keeps spurious
+calls (a negative whose margin reaches it) at or under ``max_spurious`` and, among those, calls
+the right tool on the most positives; ties go to the middle of the widest such interval. These
+utterances are the *calibration set*: benchmarks and scenarios that measure task success must
+use other wordings (``src/rejoinder/harness/suites/heldout/``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .agent import Agent
+from .errors import ConfigError
+from .ports import ChatMessage, ToolSchema
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One calibration utterance: its ``label`` (a tool's name, or None for talk), the gate's
+    ``margin`` and ``best`` tool."""
+
+    say: str
+    label: str | None
+    margin: float
+    best: str | None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted threshold with its figures on the calibration set (rates in 0..1)."""
+
+    threshold: float
+    right_tool: float
+    spurious: float
+    positives: int
+    negatives: int
+    points: tuple[Scored, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"threshold": round(self.threshold, 3), "right_tool": round(self.right_tool, 3),
+                "spurious": round(self.spurious, 3), "positives": self.positives,
+                "negatives": self.negatives,
+                "utterances": [{"say": p.say, "label": p.label, "margin": round(p.margin, 3),
+                                "best": p.best} for p in self.points]}
+
+
+def _rates(points: Sequence[Scored], t: float) -> tuple[float, float]:
+    pos = [p for p in points if p.label is not None]
+    neg = [p for p in points if p.label is None]
+    right = sum(p.margin >= t and p.best == p.label for p in pos) / max(1, len(pos))
+    spurious = sum(p.margin >= t for p in neg) / max(1, len(neg))
+    return right, spurious
+
+
+def choose_threshold(points: Sequence[Scored], max_spurious: float = 0.05) -> Calibration:
+    """The threshold for ``points`` (see the module docstring).
+
+    Raises:
+        ConfigError: no positive or no negative utterance.
+    """
+    pos = [p for p in points if p.label is not None]
+    neg = [p for p in points if p.label is None]
+    if not pos or not neg:
+        raise ConfigError("calibration needs tool examples (each tool's `examples`) and talk "
+                          "examples (the gate's defaults or `llm.talk_examples`)")
+    margins = sorted({p.margin for p in points})
+    cands = [margins[0] - 1.0] + [(a + b) / 2 for a, b in zip(margins, margins[1:])] + \
+            [margins[-1] + 1.0]
+    scored = [(t, *_rates(points, t)) for t in cands]
+    feasible = [s for s in scored if s[2] <= max_spurious + 1e-9] or \
+        [min(scored, key=lambda s: (s[2], -s[1]))]
+    best_right = max(s[1] for s in feasible)
+    run = [s for s in feasible if s[1] == best_right]
+    # the middle of the interval of equally good thresholds (robust to a new wording)
+    lo, hi = run[0][0], run[-1][0]
+    t = (lo + hi) / 2 if len(run) > 1 else lo
+    right, spurious = _rates(points, t)
+    return Calibration(t, right, spurious, len(pos), len(neg), tuple(points))
+
+
+def labelled(agent: Agent) -> list[tuple[str, str | None]]:
+    """The agent's calibration utterances: (utterance, tool name or None)."""
+    from .adapters._gate import DEFAULT_TALK_EXAMPLES
+
+    out: list[tuple[str, str | None]] = [(x, t.name) for t in agent.tools.values()
+                                         for x in t.schema.examples]
+    out += [(x, None) for x in (*DEFAULT_TALK_EXAMPLES, *agent.llm.talk_examples)]
+    return out
+
+
+def _without(tools: Sequence[ToolSchema], say: str) -> tuple[ToolSchema, ...]:
+    return tuple(ToolSchema(t.name, t.description, t.parameters,
+                            tuple(x for x in t.examples if x != say)) for t in tools)
+
+
+def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
+              opening: str = "How can I help?") -> Calibration:
+    """Score ``agent``'s calibration utterances leave-one-out on ``llm`` (a
+    :class:`~rejoinder.adapters.llama_llm.LlamaLLM`) and fit the threshold (blocking: run it in
+    a thread from async code).
+
+    Raises:
+        ConfigError: the agent has no tools, or no examples (see :func:`choose_threshold`).
+    """
+    from .adapters._gate import DEFAULT_TALK_EXAMPLES, LabelGate
+
+    tools = tuple(t.schema for t in agent.tools.values())
+    if not tools:
+        raise ConfigError(f"agent {agent.name!r} has no tools: there is nothing to calibrate")
+    talk = (*DEFAULT_TALK_EXAMPLES, *agent.llm.talk_examples)
+    points: list[Scored] = []
+    for say, label in labelled(agent):
+        gate = LabelGate(_without(tools, say), tuple(x for x in talk if x != say))
+        messages = (ChatMessage("assistant", opening), ChatMessage("user", say))
+        with llm._lock:
+            llm.cache.activate(gate.key)
+            s = gate.score(llm._llm, messages)
+            llm.cache.forget(gate.key)
+        points.append(Scored(say, label, s.margin, s.best))
+    return choose_threshold(points, max_spurious)

@@ -1,0 +1,122 @@
+"""The tool gate (``tool_mode="gate"``): a calibrated talk-or-call decision from label
+likelihoods, on the real SmolLM2-135M model (scores are deterministic), and its threshold fit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rejoinder.adapters._gate import GateScores, LabelGate, label_of
+from rejoinder.calibrate import Scored, choose_threshold
+from rejoinder.errors import ConfigError
+from rejoinder.ports import ChatMessage, LLMRequest, ToolCall, ToolDecision, ToolSchema
+
+from tool_cases import SUPPORT, TOOLS
+
+EXAMPLES = {"lookup_order": ("Could you find order 8812 for me?", "The number is 3 3 0 9."),
+            "list_appointments": ("Am I booked in this week?", "What time is my visit?"),
+            "reschedule_appointment": ("Push my appointment to Tuesday at noon.",)}
+GATED = tuple(ToolSchema(t.name, t.description, t.parameters, EXAMPLES[t.name]) for t in TOOLS)
+
+
+def _req(say: str, **kw) -> LLMRequest:
+    return LLMRequest((SUPPORT, ChatMessage("user", say)), tools=GATED, temperature=0.0,
+                      max_tokens=24, **kw)
+
+
+async def _run(llm, req: LLMRequest) -> list:
+    return [d async for d in llm.stream(req)]
+
+
+@pytest.fixture
+def gate_llm(llama_llm):
+    llama_llm.tool_mode = "gate"
+    yield llama_llm
+    llama_llm.tool_mode = "lazy"
+
+
+def test_margin_is_log_sum_of_tools_over_none():
+    s = GateScores({"a": math.log(0.2), "b": math.log(0.3)}, math.log(0.5))
+    assert s.margin == pytest.approx(0.0)
+    assert s.best == "b" and s.chosen(0.0) == "b" and s.chosen(0.01) is None
+    assert GateScores({}, 0.0).chosen(-100) is None
+
+
+def test_labels_are_tool_names_in_words_and_prompt_holds_every_example():
+    gate = LabelGate(GATED, ("Hi there.",))
+    assert label_of("lookup_order") == "lookup order"
+    for ex in (*EXAMPLES["lookup_order"], *EXAMPLES["list_appointments"], "Hi there."):
+        assert f"Caller: {ex}\nLabel:" in gate.prefix
+    assert "Label: lookup order\n" in gate.prefix and "Label: none\n" in gate.prefix
+    with pytest.raises(ValueError, match="at least one tool"):
+        LabelGate(())
+
+
+def test_context_is_the_assistants_last_words_before_the_caller():
+    msgs = (SUPPORT, ChatMessage("assistant", "What is your order number?"),
+            ChatMessage("user", "4217."))
+    assert LabelGate.context(msgs) == ("What is your order number?", "4217.")
+    assert LabelGate.context((SUPPORT, ChatMessage("user", "Hi"))) == ("", "Hi")
+
+
+def test_threshold_keeps_spurious_calls_under_the_bound_and_maximises_right_calls():
+    pts = [Scored("o1", "t", 9.0, "t"), Scored("o2", "t", 7.0, "t"), Scored("o3", "t", 5.0, "u"),
+           Scored("n1", None, 6.0, "t"), Scored("n2", None, 2.0, "t"), Scored("n3", None, 1.0, "u")]
+    cal = choose_threshold(pts, max_spurious=0.0)
+    # above the highest talk margin (6.0), below the right calls at 7 and 9
+    assert 6.0 < cal.threshold <= 7.0
+    assert cal.right_tool == pytest.approx(2 / 3) and cal.spurious == 0.0
+    loose = choose_threshold(pts, max_spurious=0.34)  # one talk example in three may call
+    assert loose.threshold <= 6.0 and loose.spurious == pytest.approx(1 / 3)
+    with pytest.raises(ConfigError, match="talk examples"):
+        choose_threshold([p for p in pts if p.label])
+
+
+async def test_gate_yields_its_decision_first_then_the_chosen_call(gate_llm):
+    out = await _run(gate_llm, _req("Can you look up order 5566 for me?", tool_threshold=-50.0))
+    assert isinstance(out[0], ToolDecision)
+    d = out[0]
+    assert d.source == "request" and d.threshold == -50.0
+    assert set(d.scores) == {"lookup_order", "list_appointments", "reschedule_appointment", "(none)"}
+    assert d.chosen == max((k for k in d.scores if k != "(none)"), key=d.scores.get)
+    calls = [x for x in out if isinstance(x, ToolCall)]
+    assert len(calls) == 1 and calls[0].name == d.chosen
+    assert d.chosen == "lookup_order" and calls[0].arguments == {"order_id": "5566"}
+
+
+async def test_gate_talks_below_threshold_and_never_speaks_markup(gate_llm):
+    out = await _run(gate_llm, _req("Thanks, that's all.", tool_threshold=1e6))
+    assert isinstance(out[0], ToolDecision) and out[0].chosen is None
+    assert not any(isinstance(x, ToolCall) for x in out)
+    text = "".join(x for x in out if isinstance(x, str))
+    assert text.strip() and "<tool_call>" not in text
+
+
+async def test_talk_path_reply_is_the_reply_without_the_gate(gate_llm):
+    """The gate swaps its own KV state in and out: the conversation's reply afterwards is the
+    one the model writes with no gate at all (text-only request, same prompt)."""
+    req = _req("Hello, how are you today?", tool_threshold=1e6, cache_key="G")
+    gated = "".join(x for x in await _run(gate_llm, req) if isinstance(x, str))
+    plain = "".join(x for x in await _run(gate_llm, _req("Hello, how are you today?",
+                                                          tool_choice="none")) if isinstance(x, str))
+    assert gated == plain
+    # the next turn of the gated call prefills only its new tokens
+    nxt = LLMRequest((*req.messages, ChatMessage("assistant", gated),
+                      ChatMessage("user", "Good.")), tools=GATED, temperature=0.0, max_tokens=2,
+                     tool_threshold=1e6, cache_key="G")
+    await _run(gate_llm, nxt)
+    assert gate_llm.last_stats.prefilled < 40, gate_llm.last_stats
+    gate_llm.forget("G")
+
+
+async def test_shipped_calibration_separates_a_request_from_thanks(gate_llm):
+    """At the bundled model's calibrated threshold an order request calls lookup_order and a
+    thank-you talks (the agent's own examples feed the gate, as in a call)."""
+    calls = [x for x in await _run(gate_llm, _req("I am calling about order 7351, where is it?"))
+             if isinstance(x, ToolDecision)]
+    talks = [x for x in await _run(gate_llm, _req("Thank you, goodbye."))
+             if isinstance(x, ToolDecision)]
+    assert calls[0].source == "model" and calls[0].chosen == "lookup_order", calls[0]
+    assert talks[0].chosen is None, talks[0]
+    assert calls[0].margin > talks[0].margin
