@@ -62,8 +62,9 @@ DEFAULT_AGENT = "support"
 class LLMSettings(BaseModel):
     """How the agent's LLM is asked: sampling ``temperature``, ``max_tokens`` per LLM request,
     ``max_steps`` LLM requests per reply (each tool round is one step; the last step may only
-    speak), and how many past caller turns each request carries (``history_turns``, default 6;
-    0 keeps the whole call; the system prompt and the tools are always sent). The window keeps
+    speak), and how many past caller turns each request carries (``history_turns``, default 6:
+    6 to 11, dropped in chunks of 6; 0 keeps the whole call; the system prompt and the tools are
+    always sent). The window keeps
     time to first token flat over a long call: the embedded LLM shifts the turn that left it out
     of its KV cache (``rejoinder.conversation.window``; measured in ``bench/ttft_growth.py``).
     ``keep_tool_turns`` also keeps every earlier turn that ran a tool (its results are facts);

@@ -158,21 +158,29 @@ class Conversation:
 
 
 def window(history: list[ChatMessage], turns: int, keep_tool_turns: bool = False) -> list[ChatMessage]:
-    """The history an LLM request carries: the last ``turns`` caller turns (0: all), plus, with
+    """The history an LLM request carries: the last ``turns`` to ``2 × turns − 1`` caller turns
+    (0: all; see below), plus, with
     ``keep_tool_turns``, every earlier turn that ran a tool — its call and result are the facts
     the agent works from (an order's status, the appointment it moved). A turn is a caller
     message and what followed it; what came before the first caller message (the greeting) is
     dropped with the first turn that leaves the window.
 
-    Each request drops at most the one turn that just left the window, so the prompt differs from
-    the previous one by one span after the system prompt, which the embedded LLM's KV cache
-    shifts out (:func:`rejoinder.adapters._kvcache.reuse_shifted`) instead of prefilling again."""
+    A request drops at most one contiguous span (``turns`` caller turns, once every ``turns``
+    requests; with ``keep_tool_turns`` a kept tool turn may split it, and the LLM then prefills
+    what follows the first span), which the embedded LLM's KV cache shifts out
+    (:func:`rejoinder.adapters._kvcache.reuse_shifted`) instead of prefilling again."""
     if not turns:
         return history
     starts = [i for i, m in enumerate(history) if m.role == "user"]
     if len(starts) <= turns:
         return history
-    cut = starts[-turns]
+    # drop in chunks of ``turns``: the window holds turns … 2 × turns − 1 caller turns, so its
+    # start moves once every ``turns`` requests and the other requests are pure appends (a KV
+    # shift re-rotates every kept key: ≈150 ms of CPU at ~1,000 kept tokens for SmolLM2 on one
+    # thread, more than the attention a few more turns cost — llama.cpp's own context shift
+    # discards in chunks for the same reason)
+    keep = turns + (len(starts) - turns) % turns
+    cut = starts[-keep]
     if not keep_tool_turns:
         return history[cut:]
     kept: list[ChatMessage] = []
