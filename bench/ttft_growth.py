@@ -43,7 +43,7 @@ import psutil
 
 from _agent_requests import DemoCall, agent_for, make_llm, variant, warm
 from rejoinder.conversation import Step
-from rejoinder.ports import ChatMessage, PortError, ToolCall
+from rejoinder.ports import ChatMessage, PortError, ToolCall, ToolDecision
 
 #: (caller utterance, scripted tool call (name, args) or None); the demo caller's data: orders
 #: 4217 (shipped) and 5031 (processing), a haircut on Tuesday at 10 AM.
@@ -105,6 +105,8 @@ class Call:
         ttft = None
         step, calls = Step(), []
         async for d in llm.stream(req):
+            if isinstance(d, ToolDecision):  # the gate's verdict, before the first text or call
+                continue
             if ttft is None:
                 ttft = (time.perf_counter() - t0) * 1000
                 self.cpu_ms = (time.process_time() - c0) * 1000
