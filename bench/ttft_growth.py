@@ -43,7 +43,7 @@ import psutil
 
 from _agent_requests import DemoCall, agent_for, make_llm, variant, warm
 from rejoinder.conversation import Step
-from rejoinder.ports import ChatMessage, PortError, ToolCall
+from rejoinder.ports import ChatMessage, PortError, ToolCall, ToolDecision
 
 #: (caller utterance, scripted tool call (name, args) or None); the demo caller's data: orders
 #: 4217 (shipped) and 5031 (processing), a haircut on Tuesday at 10 AM.
@@ -101,11 +101,15 @@ class Call:
         req = self.demo.request(say, pending, final=final)
         req = req if use_key else replace(req, cache_key=None)
         t0 = time.perf_counter()
+        c0 = time.process_time()
         ttft = None
         step, calls = Step(), []
         async for d in llm.stream(req):
+            if isinstance(d, ToolDecision):  # the gate's verdict, before the first text or call
+                continue
             if ttft is None:
                 ttft = (time.perf_counter() - t0) * 1000
+                self.cpu_ms = (time.process_time() - c0) * 1000
             if isinstance(d, ToolCall):
                 calls.append(d)
             else:
@@ -132,7 +136,7 @@ class Call:
         for k in range(len(steps), max_steps):
             ms, step, calls = await self._step(llm, say, pending, k == max_steps - 1, use_key)
             if ttft is None:
-                ttft, stats = ms, llm.last_stats
+                ttft, stats, cpu = ms, llm.last_stats, self.cpu_ms
             steps.append(step)
             if not calls:
                 break
@@ -146,17 +150,21 @@ class Call:
         heard = " ".join(s.text.strip() for s in steps if s.text.strip())
         self.demo.turn += 1
         self.demo.conv.add_heard(self.demo.turn, say, steps, heard)
-        self.rows.append({"turn": i + 1, "ttft_ms": ttft, "prompt_tokens": stats.prompt,
+        self.rows.append({"turn": i + 1, "ttft_ms": ttft, "ttft_cpu_ms": cpu,
+                          "prompt_tokens": stats.prompt,
                           "prefilled_tokens": stats.prefilled, "shifted": stats.shifted,
                           "tool_turn": bool(scripted), "unscripted_calls": unscripted,
                           "calls": calls_made, "heard": heard})
 
 
 async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_attn: bool,
-              history_turns: int = 0, agent_spec: str | None = None,
-              n_ctx: int | None = None) -> dict:
-    agent = variant(agent_for(agent_spec), history_turns=history_turns)
-    llm = make_llm(flash_attn=flash_attn, **({"n_ctx": n_ctx} if n_ctx else {}))
+              history_turns: int | None = None, agent_spec: str | None = None,
+              n_ctx: int | None = None, threads: int | None = None) -> dict:
+    base = agent_for(agent_spec)
+    agent = variant(base, **({} if history_turns is None else {"history_turns": history_turns}))
+    history_turns = agent.llm.history_turns
+    llm = make_llm(flash_attn=flash_attn, **({"n_ctx": n_ctx} if n_ctx else {}),
+                   **({"n_threads": threads} if threads else {}))
     await warm(llm, agent)
     calls: list[Call] = []
     failed: list[dict] = []
@@ -187,17 +195,28 @@ async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_at
         rows = [c.rows[i] for c in calls]
         per_turn.append({"turn": i + 1, "tool_turn": rows[0]["tool_turn"],
                          "ttft_ms_p50": round(statistics.median(r["ttft_ms"] for r in rows), 1),
+                         "ttft_cpu_ms_p50": round(statistics.median(r["ttft_cpu_ms"] for r in rows), 1),
                          "prompt_tokens": rows[0]["prompt_tokens"],
                          "prefilled_p50": statistics.median(r["prefilled_tokens"] for r in rows),
                          "shifted_p50": statistics.median(r["shifted"] for r in rows),
                          "own_calls": sorted({n for r in rows for n in r["unscripted_calls"]}),
                          "first_call": rows[0]["calls"], "first_heard": rows[0]["heard"]})
     ratios = [c.rows[done - 1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls] if done > 1 else []
+    cpu_ratios = ([c.rows[done - 1]["ttft_cpu_ms"] / c.rows[0]["ttft_cpu_ms"] for c in calls]
+                  if done > 1 else [])
+    # turns whose first delta was text (the model called no tool on its own): TTFT is then the
+    # time to the first word, not to a whole tool call; the last such turn against turn 1
+    text = [r for r in per_turn if not r["own_calls"] and not r["tool_turn"]]
+    text_ratio = (round(text[-1]["ttft_cpu_ms_p50"] / per_turn[0]["ttft_cpu_ms_p50"], 3)
+                  if len(text) > 1 and text[0] is per_turn[0] else None)
     return {"agent": agent.name, "tool_mode": llm.tool_mode, "n_ctx": llm._llm.n_ctx(),
+            "last_text_turn": text[-1]["turn"] if text else None, "cpu_ratio_last_text_turn": text_ratio,
             "turns": turns, "turns_done": done, "failed": failed, "repeats": repeats,
             "interleave": interleave, "cache_key": use_key, "flash_attn": flash_attn,
             "history_turns": history_turns, "per_turn": per_turn,
             "ratio_last_first_p50": round(statistics.median(ratios), 3) if ratios else None,
+            "cpu_ratio_last_first_p50": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
+            "threads": threads,
             "ratio_of_medians": (round(per_turn[-1]["ttft_ms_p50"] / per_turn[0]["ttft_ms_p50"], 3)
                                  if ratios else None),
             "kv_saves": llm.cache.stats.saves, "kv_restores": llm.cache.stats.restores,
@@ -209,10 +228,11 @@ def print_report(out: dict) -> None:
           f"{out['n_ctx']}, {out['repeats']} repeats x {out['interleave']} interleaved call(s), "
           f"cache_key {'on' if out['cache_key'] else 'off'}, flash_attn "
           f"{'on' if out['flash_attn'] else 'off'}, history {out['history_turns'] or 'all'} turns):")
-    print(f"{'turn':>4} {'tool':>4} {'TTFT p50 ms':>12} {'prompt tok':>11} {'prefilled':>10} "
+    print(f"{'turn':>4} {'tool':>4} {'TTFT p50 ms':>12} {'CPU ms':>7} {'prompt tok':>11} {'prefilled':>10} "
           f"{'shifted':>8}  model's own calls")
     for r in out["per_turn"]:
         print(f"{r['turn']:>4} {'yes' if r['tool_turn'] else '':>4} {r['ttft_ms_p50']:>12.1f} "
+              f"{r['ttft_cpu_ms_p50']:>7.1f} "
               f"{r['prompt_tokens']:>11} {r['prefilled_p50']:>10.0f} {r['shifted_p50']:>8.0f}  "
               f"{', '.join(r['own_calls'])}")
     for f in out["failed"]:
@@ -222,7 +242,8 @@ def print_report(out: dict) -> None:
         cut = "" if last == out["turns"] else f"; calls failed before turn {last + 1}"
         print(f"TTFT(turn {last}) / TTFT(turn 1): median of per-call ratios "
               f"{out['ratio_last_first_p50']:.2f}, ratio of medians {out['ratio_of_medians']:.2f} "
-              f"(goal <= 1.1{cut}); KV state saves {out['kv_saves']}, restores "
+              f"(goal <= 1.1{cut}); in CPU time {out['cpu_ratio_last_first_p50']:.2f} (last turn "
+              f"answered in text, {out['last_text_turn']}: {out['cpu_ratio_last_text_turn']}); KV state saves {out['kv_saves']}, restores "
               f"{out['kv_restores']}; RSS {out['rss_mb']:.0f} MB")
 
 
@@ -233,20 +254,23 @@ if __name__ == "__main__":
     ap.add_argument("--interleave", type=int, default=1, help="calls at once (round robin)")
     ap.add_argument("--no-cache-key", action="store_true", help="control: send no cache_key")
     ap.add_argument("--flash-attn", action="store_true")
-    ap.add_argument("--history-turns", type=int, default=0,
-                    help="send only the last N caller turns of history (0: all), as "
-                         "agent llm.history_turns does")
+    ap.add_argument("--history-turns", type=int, default=None,
+                    help="send only the last N caller turns of history (0: all; default: the "
+                         "agent's llm.history_turns), plus earlier tool turns (keep_tool_turns)")
     ap.add_argument("--n-ctx", type=int, default=None,
                     help="LLM context length in tokens (default: LlamaOptions' default)")
     ap.add_argument("--agent", default=None,
                     help="agent spec (YAML, module:attribute or bundled name; default: support); "
                          "the script assumes the support agent's tools")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="LLM threads (default: LlamaOptions'); 1 makes the CPU-time TTFT exact "
+                         "on a loaded machine (no spinning worker threads)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.turns < 2 or a.repeats < 1 or a.interleave < 1:
         sys.exit("--turns must be >= 2, --repeats and --interleave >= 1")
     res = asyncio.run(run(a.turns, a.repeats, a.interleave, not a.no_cache_key, a.flash_attn,
-                          a.history_turns, a.agent, a.n_ctx))
+                          a.history_turns, a.agent, a.n_ctx, a.threads))
     if a.json:
         print(json.dumps(res, indent=2))
     else:

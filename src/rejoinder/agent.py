@@ -78,14 +78,21 @@ DEFAULT_AGENT = "support"
 class LLMSettings(BaseModel):
     """How the agent's LLM is asked: sampling ``temperature``, ``max_tokens`` per LLM request,
     ``max_steps`` LLM requests per reply (each tool round is one step; the last step may only
-    speak), and how many past exchanges to keep (``history_turns``; 0 keeps the whole call, so
-    the conversation's prefix stays stable and the LLM's KV cache is reused)."""
+    speak), and how many past caller turns each request carries (``history_turns``, default 6:
+    6 to 11, dropped in chunks of 6; 0 keeps the whole call; the system prompt and the tools are
+    always sent). The window keeps
+    time to first token flat over a long call: the embedded LLM shifts the turn that left it out
+    of its KV cache (``rejoinder.conversation.window``; measured in ``bench/ttft_growth.py``).
+    ``keep_tool_turns`` also keeps every earlier turn that ran a tool (its results are facts);
+    it is off by default: with it, SmolLM2-135M saw tool calls in every request and called a
+    tool on almost every later turn, so the prompt grew to 5,002 tokens by turn 30."""
 
     model_config = ConfigDict(extra="forbid")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_tokens: int = Field(60, ge=1, le=4096)
     max_steps: int = Field(3, ge=1, le=10)
-    history_turns: int = Field(0, ge=0)
+    history_turns: int = Field(6, ge=0)
+    keep_tool_turns: bool = False
     #: the embedded LLM's tool-gate threshold for this agent (``rejoinder calibrate`` prints
     #: it); None: the model's shipped calibration
     tool_threshold: float | None = None

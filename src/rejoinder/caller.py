@@ -34,6 +34,16 @@ class RenderedTurn:
     pcm: np.ndarray          # int16 at 16 kHz
     voiced: tuple[int, int]  # first, last voiced sample (inclusive, exclusive)
     spec: object             # the CallerTurn
+    _peaks: list[int] | None = None
+
+    def frame_peaks(self) -> list[int]:
+        """Peak |sample| of each 20 ms frame (computed once, so the frame loop does not)."""
+        if self._peaks is None:
+            n = -(-len(self.pcm) // FRAME) * FRAME
+            padded = np.zeros(n, dtype=np.int32)
+            padded[:len(self.pcm)] = self.pcm
+            self._peaks = np.abs(padded).reshape(-1, FRAME).max(axis=1).tolist() if n else []
+        return self._peaks
 
 
 def voiced_span(pcm: np.ndarray, level: int = 328, block: int = 160) -> tuple[int, int]:
@@ -141,7 +151,10 @@ class SimulatedCaller:
         self._heard_prev = False
         self.cpu_s = 0.0
         self.done = False
+        self.last_peak = 0  # peak |sample| of the last frame said (int16 units)
+        self._peaks: list[int] = []
         self._silence = np.zeros(FRAME, dtype=np.int16)
+        self._pad = np.zeros(FRAME, dtype=np.int16)
 
     def _cue(self, now: float) -> str | None:
         """The cue that starts the next turn now (``"at"``, ``"start"``, ``"barge_in"``,
@@ -173,6 +186,7 @@ class SimulatedCaller:
             cue = self._cue(now) if self._cur is None and self.next_turn < len(self.turns) else None
             if cue is not None:
                 self._cur = self.turns[self.next_turn]
+                self._peaks = self._cur.frame_peaks()
                 self._pos = 0
                 self._cur_start = now
                 a, b = self._cur.voiced
@@ -184,16 +198,21 @@ class SimulatedCaller:
             if self._cur is None:
                 if self.next_turn >= len(self.turns):
                     self.done = self._finished(now)
+                self.last_peak = 0
                 return self._silence
             pcm = self._cur.pcm[self._pos:self._pos + FRAME]
+            self.last_peak = self._peaks[self._pos // FRAME]
             self._pos += FRAME
             if self._pos >= len(self._cur.pcm):
                 self._cur = None
                 self._last_turn_end = now + 1000.0 * len(pcm) / RATE
                 self._agent_first_heard = None
                 self._agent_last_heard = None
-            if len(pcm) < FRAME:
-                pcm = np.concatenate([pcm, np.zeros(FRAME - len(pcm), dtype=np.int16)])
+            if len(pcm) < FRAME:  # the turn's last, partial frame
+                pad = self._pad
+                pad[:len(pcm)] = pcm
+                pad[len(pcm):] = 0
+                pcm = pad
             return pcm
         finally:
             self.cpu_s += time.perf_counter() - t0
@@ -208,13 +227,18 @@ class SimulatedCaller:
             return True
         return now - self._last_turn_end >= self.tail_ms + self.no_reply_timeout_ms
 
-    def hear(self, frame: np.ndarray, now: float) -> None:
-        """The agent audio (int16, 16 kHz) the caller heard in the frame starting at ``now``."""
+    def hear(self, frame: np.ndarray, now: float, peak: int | None = None) -> None:
+        """The agent audio (int16, 16 kHz) the caller heard in the frame starting at ``now``;
+        ``peak`` is its peak |sample| when the sender already knows it (the line's playout)."""
+        if peak is not None and peak < self.level:  # known quiet (most frames): nothing to do
+            self._heard_prev = False
+            return
         t0 = time.perf_counter()
-        mag = np.abs(frame)
-        if int(mag.max(initial=0)) >= self.level:
+        if peak is None:
+            peak = int(np.abs(frame.astype(np.int32)).max(initial=0))
+        if peak >= self.level:
             if not self._heard_prev:
-                first = int(np.argmax(mag >= self.level))
+                first = int(np.argmax(np.abs(frame.astype(np.int32)) >= self.level))
                 self.heard_onsets.append(now + 1000.0 * first / RATE)
                 self._heard_prev = True
             if self._agent_first_heard is None:

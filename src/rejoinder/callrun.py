@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from . import telemetry
-from .caller import FRAME, RATE, SimulatedCaller
+from .caller import RATE, SimulatedCaller
 from .clock import Clock, RealClock
 from .events import AgentSpeech, Boundary, EventBus, Recovery
+from .pacing import STOP, shared_pacer, uses_shared_pacer
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
@@ -29,6 +30,8 @@ from .tools import CallContext
 from .stages import Stamper
 from .timeline import CallTranscript, Timeline, TurnRecord
 from .turns import TurnPolicy
+
+FRAME_MS = 20.0  # one caller frame
 
 
 @dataclass
@@ -52,6 +55,7 @@ class CallResult:
     heard_log: list[tuple[int, str]] = field(default_factory=list)  # (turn, assistant text kept)
     hangup: str | None = None  # why the agent ended the call itself (None: the caller did)
     transfer: dict[str, Any] | None = None  # {turn_id, target, reason, confirmed}: transferred
+    clock_origin_s: float | None = None  # the call clock's t = 0 on perf_counter (s), if real
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -136,7 +140,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     # the public live-session API, paced here in lockstep with the simulated caller
     live = LiveSession(stack, agent, call_id=call_id, ctx=ctx, policy=policy, clock=clock, bus=bus,
                        greet=False, caller_side=True, recovery=recovery, filler=filler,
-                       preemptive=preemptive)
+                       preemptive=preemptive, max_seconds=max(900.0, max_ms / 1000.0 + 60.0))
     session, st = live.session, live.st
     greets = greeting and agent.greeting is not None
     caller = SimulatedCaller(turns, tail_ms=tail_ms, greeting=greets)
@@ -144,19 +148,37 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     error = None
     if greets:
         session.greet()
-    t = 0.0
     over = Overtalk()
+    first: list[float] = []  # call-clock time of the first frame
+    last = [0.0]
+
+    def step(t: float) -> object:
+        """One 20 ms frame at call-clock ``t``."""
+        if not first:
+            first.append(t)
+        if caller.done or t - first[0] >= max_ms or session.hangup is not None:
+            return STOP
+        frame = caller.next_frame(t)
+        live.push(frame, t)
+        heard, _ = live.tick(t)
+        peak = session.playout.last_peak
+        caller.hear(heard, t, peak)
+        over.observe(frame, heard, t, caller.last_peak, peak)
+        if rec:
+            rec.write(frame, heard)
+        last[0] = t + FRAME_MS
+        return None
+
     try:
-        while not caller.done and t < max_ms and session.hangup is None:
-            await clock.pace(t)
-            frame = caller.next_frame(t)
-            live.push(frame, t)
-            heard, _ = live.tick(t)
-            caller.hear(heard, t)
-            over.observe(frame, heard, t)
-            if rec:
-                rec.write(frame, heard)
-            t += 1000.0 * FRAME / RATE
+        if uses_shared_pacer(clock):  # one timer for every call of the process
+            await shared_pacer().run(step, clock, name=call_id)
+        else:  # a virtual clock moves with this call's own frames
+            t = 0.0
+            while True:
+                await clock.pace(t)
+                if step(t) is STOP:
+                    break
+                t += FRAME_MS
     except Exception as exc:  # keep what was recorded; report the failure
         error = repr(exc)
     finally:
@@ -173,10 +195,11 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         (out_dir / "transcript.txt").write_text(transcript.text(), encoding="utf-8")
     context_words = [len(text.split()) for _, text in session.conv.heard_log]
     unheard = sum(max(0, c - h) for c, h in zip(context_words, heard_words))
-    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, transcript.lines, error, tools,
+    return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, last[0] - (first[0] if first else 0.0), transcript.lines, error, tools,
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
-                      hangup=session.hangup, transfer=session.transfer)
+                      hangup=session.hangup, transfer=session.transfer,
+                      clock_origin_s=(clock.origin_ns / 1e9 if isinstance(clock, RealClock) else None))
 
 
 class Overtalk:
@@ -190,9 +213,15 @@ class Overtalk:
         self._caller_voiced = False
         self._since: float | None = None
 
-    def observe(self, caller: np.ndarray, agent: np.ndarray, t: float) -> None:
-        agent_on = int(np.abs(agent).max(initial=0)) >= self.level
-        caller_on = int(np.abs(caller).max(initial=0)) >= self.level
+    def observe(self, caller: np.ndarray, agent: np.ndarray, t: float,
+                caller_peak: int | None = None, agent_peak: int | None = None) -> None:
+        """One frame of both sides (int16); the peaks (|sample|) when the senders know them."""
+        if agent_peak is None:
+            agent_peak = int(np.abs(agent.astype(np.int32)).max(initial=0))
+        if caller_peak is None:
+            caller_peak = int(np.abs(caller.astype(np.int32)).max(initial=0))
+        agent_on = agent_peak >= self.level
+        caller_on = caller_peak >= self.level
         if self._since is not None and not agent_on:
             self.episodes.append(t - self._since)
             self._since = None

@@ -1,10 +1,12 @@
 """One call's conversation with the LLM: the agent's instructions and tools, and a chat history
 that holds only what the caller actually heard.
 
-The history is append-only within a call (``LLMSettings.history_turns`` = 0, the default): every
-request starts with the same system message and the same earlier messages, so a backend that
-keeps the conversation's KV cache (``LLMRequest.cache_key`` = the call id) only prefills what is
-new since the last request, and time to first token does not grow with the length of the call.
+The history is append-only within a call; a request carries the system message, then a window of
+it (:func:`window`, the last ``LLMSettings.history_turns`` caller turns, default 6; optionally
+every earlier turn that ran a tool too, ``keep_tool_turns``). A backend that keeps the conversation's KV cache
+(``LLMRequest.cache_key`` = the call id) only prefills what is new since the last request and
+shifts the turn that left the window out of its cache, so time to first token does not grow
+with the length of the call (``bench/ttft_growth.py``).
 
 A reply's messages (the caller's transcript, the assistant's tool calls and their results, its
 text) are added when the reply ends, with the assistant's text cut to the words the caller heard
@@ -106,11 +108,7 @@ class Conversation:
         request a required call. The last allowed step may only speak (``tool_choice`` none)."""
         pos = pos or self.position
         agent = pos.agent
-        history = self.history
-        keep = agent.llm.history_turns
-        if keep:
-            users = [i for i, m in enumerate(history) if m.role == "user"]
-            history = history[users[-keep]:] if len(users) > keep else history
+        history = window(self.history, agent.llm.history_turns, agent.llm.keep_tool_turns)
         schemas = tuple(t.schema for t in agent.tools.values())
         allowed = pos.allowed()
         step = pos.step
@@ -274,6 +272,41 @@ class Conversation:
                 self.history[-1] = ChatMessage("user", f"{prev.content} {m.content}")
             else:
                 self.history.append(m)
+
+
+def window(history: list[ChatMessage], turns: int, keep_tool_turns: bool = False) -> list[ChatMessage]:
+    """The history an LLM request carries: the last ``turns`` to ``2 × turns − 1`` caller turns
+    (0: all; see below), plus, with
+    ``keep_tool_turns``, every earlier turn that ran a tool — its call and result are the facts
+    the agent works from (an order's status, the appointment it moved). A turn is a caller
+    message and what followed it; what came before the first caller message (the greeting) is
+    dropped with the first turn that leaves the window.
+
+    A request drops at most one contiguous span (``turns`` caller turns, once every ``turns``
+    requests; with ``keep_tool_turns`` a kept tool turn may split it, and the LLM then prefills
+    what follows the first span), which the embedded LLM's KV cache shifts out
+    (:func:`rejoinder.adapters._kvcache.reuse_shifted`) instead of prefilling again."""
+    if not turns:
+        return history
+    starts = [i for i, m in enumerate(history) if m.role == "user"]
+    if len(starts) <= turns:
+        return history
+    # drop in chunks of ``turns``: the window holds turns … 2 × turns − 1 caller turns, so its
+    # start moves once every ``turns`` requests and the other requests are pure appends (a KV
+    # shift re-rotates every kept key: ≈150 ms of CPU at ~1,000 kept tokens for SmolLM2 on one
+    # thread, more than the attention a few more turns cost — llama.cpp's own context shift
+    # discards in chunks for the same reason)
+    keep = turns + (len(starts) - turns) % turns
+    cut = starts[-keep]
+    if not keep_tool_turns:
+        return history[cut:]
+    kept: list[ChatMessage] = []
+    for a, b in zip(starts, starts[1:] + [len(history)]):
+        if a >= cut:
+            break
+        if any(m.role == "tool" for m in history[a:b]):
+            kept.extend(history[a:b])
+    return kept + history[cut:]
 
 
 async def undo_runs(conv: Conversation, turn_id: int, runs: list[ToolRun]) -> None:

@@ -63,6 +63,7 @@ class Playout:
         self.overlaps = 0
         self._silence = np.zeros(self.frame, dtype=np.int16)
         self._out = np.zeros(self.frame, dtype=np.int16)
+        self.last_peak = 0  # peak |sample| of the frame the last tick returned (int16 units)
         self.on_reply_done: Callable[[ReplyAudio, bool], None] | None = None
 
     # --- agent side ---------------------------------------------------------------------
@@ -158,6 +159,7 @@ class Playout:
     def tick(self, now: float) -> np.ndarray:
         """Play one 20 ms frame starting at ``now`` (ms); returns the int16 frame heard."""
         r = self.reply
+        self.last_peak = 0
         if r is None or self.held:
             return self._silence
         if not r.chunks:
@@ -202,4 +204,5 @@ class Playout:
                 self._stamp("answer_start", r.turn_id, now + 1000.0 * at / self.rate,
                             estimated=not self.caller_side)
         r.played += filled
+        self.last_peak = max(int(out.max()), -int(out.min()))
         return out

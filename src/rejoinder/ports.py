@@ -9,7 +9,8 @@ inputs; agent audio is mono ``int16`` PCM at the TTS port's ``sample_rate``.
 
 Blocking inference runs off the event loop once per *request* (utterance, reply, sentence), never
 once per 20 ms frame: the only per-frame model is the VAD, which is cheap (≈130 µs per 32 ms
-window) and is therefore a synchronous call made inline.
+window) and is therefore a synchronous call made inline — or, batched across the calls of a
+process, once per event-loop iteration for all of them (:mod:`rejoinder.vadbatch`).
 
 Errors: adapters raise :class:`PortError` (or a subclass) for a failed request; a missing optional
 dependency raises :class:`rejoinder.errors.MissingExtra` naming the ``pip install`` that fixes it.

@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
+from . import gctune
 from .adapters.registry import BUILDERS, build_stack, validate
 from .agent import Agent, call_hook, load_agent
 from .caller import RenderedTurn, render_turns
@@ -102,6 +103,7 @@ class Runtime:
             if warm_gate is not None:  # the tool gate's few-shot prompt (its own KV state)
                 tools = tuple(t.schema for t in self.agent.tools.values())
                 await asyncio.to_thread(warm_gate, tools, tuple(self.agent.llm.talk_examples))
+            gctune.tune()  # what warm-up loaded is never scanned again (no 26–91 ms GC pauses)
 
     @property
     def models(self):

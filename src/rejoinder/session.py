@@ -28,6 +28,7 @@ import numpy as np
 
 from .agent import Agent
 from .audio_io import resample
+from .audioring import AudioRing
 from .clock import wait_within
 from .conversation import Conversation, Step, undo_runs
 from .dictation import dictated_digits, number_open
@@ -51,6 +52,7 @@ PREROLL_MS = 300.0
 TAIL_MS = 120.0
 AUDIO_GAP_MS = 500.0   # no caller frame for this long: the line is treated as silent
 GAP_HOLDBACK_MS = 200.0  # silence is filled in only up to this long before now (late frames)
+AUDIO_RING_S = 32.0  # caller audio kept in memory (s): a turn longer than this keeps its end
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
 
 
@@ -126,12 +128,11 @@ class Session:
         self.tracker = VadTracker(stack.vad, threshold=p.vad_threshold, neg_threshold=p.vad_neg_threshold,
                                   min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms,
                                   reset_after_ms=p.vad_reset_ms)
+        self.tracker.on_signals = self._on_vad_later
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)
-        self._audio = np.zeros(min(self._max_samples, LINE_RATE * 60), dtype=np.float32)
-        self._n = 0
-        self._origin_ms: float | None = None  # call-clock time of sample 0
+        self.audio = AudioRing(LINE_RATE, AUDIO_RING_S)  # the caller's recent audio (bounded)
         self.turns: dict[int, TurnRun] = {}  # the live turns' owners (rejoinder.turnrun)
         # accounting for dropped work (compensations, tools still running): later drafts wait
         self._settling: set[asyncio.Task] = set()
@@ -187,21 +188,21 @@ class Session:
         self._feed(pcm, t_ms)
 
     def _feed(self, pcm: np.ndarray, t_ms: float) -> None:
-        if self._origin_ms is None:
-            self._origin_ms = t_ms
+        """Caller audio (int16, a real frame or filled-in silence) into the bounded ring and the
+        VAD; raises RuntimeError past ``max_seconds``."""
+        if self.audio.n + len(pcm) > self._max_samples:
+            raise RuntimeError("call longer than max_seconds")
         self._next_frame_ms = t_ms + 1000.0 * len(pcm) / LINE_RATE
-        n = len(pcm)
-        if self._n + n > len(self._audio):  # grow by doubling: a copy once a minute at most
-            if self._n + n > self._max_samples:
-                raise RuntimeError("call longer than max_seconds")
-            grown = np.zeros(min(self._max_samples, 2 * len(self._audio)), dtype=np.float32)
-            grown[:self._n] = self._audio[:self._n]
-            self._audio = grown
-        frame = self._audio[self._n:self._n + n]
-        np.multiply(pcm, 1.0 / 32768.0, out=frame, casting="unsafe")
-        self._n += n
+        self.audio.write(pcm, t_ms)
+        signals = self.tracker.push(pcm, t_ms)  # none when the VAD batches across calls
+        if signals:
+            self._on_vad(signals)
+        self._perform(self.taker.tick(self.st.now()))
+
+    def _on_vad(self, signals: list) -> None:
+        """VAD signals (onset / voiced / pause) of the windows just judged."""
         now = self.st.now()
-        for sig in self.tracker.push(frame, t_ms):
+        for sig in signals:
             if sig.kind == "onset":
                 self._note_group(sig.at_ms)
                 self._perform(self.taker.speech_onset(sig.at_ms, now))
@@ -209,7 +210,11 @@ class Session:
                 self._perform(self.taker.speech_continues(now))
             else:
                 self._perform(self.taker.speech_pause(sig.at_ms, now))
-        self._perform(self.taker.tick(now))
+
+    def _on_vad_later(self, signals: list) -> None:
+        """Signals of a batching VAD (judged after the frame loop's tick)."""
+        self._on_vad(signals)
+        self._perform(self.taker.tick(self.st.now()))
 
     async def _watch_line(self) -> None:
         """The call clock's own ticks: the turn timers fire at their deadlines, and a line with
@@ -320,10 +325,7 @@ class Session:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
 
     def _segment(self, start_ms: float, end_ms: float) -> np.ndarray:
-        origin = self._origin_ms or 0.0
-        a = max(0, int((start_ms - origin) * LINE_RATE / 1000))
-        b = min(self._n, int((end_ms - origin) * LINE_RATE / 1000))
-        return self._audio[a:max(a, b)].copy()
+        return self.audio.segment(start_ms, end_ms)
 
     async def _transcribe(self, turn_id: int, end_ms: float) -> str:
         run = self._run(turn_id)
@@ -638,6 +640,7 @@ class Session:
     async def close(self) -> None:
         """Cancel everything still running for this call and wait for it."""
         self.closed = True
+        self.tracker.close()
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:

@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncIterable, AsyncIterator, Callable
 
-from .clock import Clock, wait_within
+from .clock import Clock
 from .events import Boundary, Event, EventBus
 from .ports import (LLMDelta, LLMPort, LLMRequest, PortError, STTPort, ToolDecision, Transcript,
                     TTSAudio, TTSPort)
@@ -128,6 +128,59 @@ async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: s
         yield piece
 
 
+class _Watchdog:
+    """One timer per watched stream (not one per item): while :meth:`arm`-ed, a deadline on the
+    call clock; when it passes, the consuming task is cancelled (and the cancellation turned into
+    :class:`WatchdogTimeout` by :func:`watch`). Re-arming only moves the deadline: the timer task
+    wakes at the old one, sees it moved, and sleeps on, so a 10 ms-per-token stream under a
+    2.5 s stall limit wakes it about once per 2.5 s."""
+
+    __slots__ = ("clock", "task", "deadline", "fired", "_park", "_timer", "_sleep_until")
+
+    def __init__(self, clock: Clock, task: asyncio.Task) -> None:
+        self.clock = clock
+        self.task = task
+        self.deadline: float | None = None
+        self.fired = False
+        self._park: asyncio.Future | None = None
+        self._timer: asyncio.Task | None = None
+        self._sleep_until: float | None = None
+
+    def arm(self, limit_ms: float) -> None:
+        self.deadline = d = self.clock.now_ms() + limit_ms
+        if self._timer is not None and self._sleep_until is not None and d < self._sleep_until:
+            self._timer.cancel()  # sleeping past the new, earlier deadline (first → gap limit)
+            self._timer = None
+        if self._timer is None:
+            self._sleep_until = None
+            self._timer = asyncio.get_running_loop().create_task(self._run())
+        elif self._park is not None and not self._park.done():
+            self._park.set_result(None)
+
+    def disarm(self) -> None:
+        self.deadline = None
+
+    async def _run(self) -> None:
+        clock = self.clock
+        while True:
+            d = self.deadline
+            if d is None:  # the consumer is busy with the last item: wait for the next arm
+                self._sleep_until = None
+                self._park = asyncio.get_running_loop().create_future()
+                await self._park
+                continue
+            if clock.now_ms() >= d:
+                self.fired = True
+                self.task.cancel()
+                return
+            self._sleep_until = d
+            await clock.sleep_until(d)
+
+    def close(self) -> None:
+        if self._timer is not None and not self._timer.done():
+            self._timer.cancel()
+
+
 async def watch(stream: AsyncIterator, clock: Clock, first_ms: float,
                 gap_ms: float | Callable[[], float], what: str,
                 preliminary: Callable[[Any], bool] | None = None):
@@ -136,24 +189,28 @@ async def watch(stream: AsyncIterator, clock: Clock, first_ms: float,
     timelines with a virtual clock exercise the watchdogs too; a callable is read before each
     item, so the consumer can relax the limit for a stream it knows to be buffered). An item for
     which ``preliminary(item)`` holds (an LLM's tool decision) is progress but not the first
-    item: the first-item limit starts again after it."""
+    item: the first-item limit starts again after it. The stream is read in the consumer's own
+    task, with one timer task per stream: no task per item (per LLM token)."""
+    task = asyncio.current_task()
+    assert task is not None
+    dog = _Watchdog(clock, task)
     first = True
-    nxt: asyncio.Future | None = None
     try:
         while True:
             limit = first_ms if first else (gap_ms() if callable(gap_ms) else gap_ms)
-            nxt = asyncio.ensure_future(anext(stream))
+            dog.arm(limit)
             try:
-                item = await wait_within(clock, nxt, limit)
-            except TimeoutError:
-                raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms") from None
+                item = await anext(stream)
             except StopAsyncIteration:
                 return
-            nxt = None
+            except asyncio.CancelledError:
+                if dog.fired and task.uncancel() == 0:  # ours, not a barge-in's
+                    raise WatchdogTimeout(f"{what}: nothing for {limit:.0f} ms") from None
+                raise
+            finally:
+                dog.disarm()
             first = preliminary is not None and preliminary(item) and first
             yield item
     finally:
-        if nxt is not None and not nxt.done():  # never close a generator another task is running
-            nxt.cancel()
-            await asyncio.gather(nxt, return_exceptions=True)
+        dog.close()
         await stream.aclose()  # type: ignore[attr-defined]

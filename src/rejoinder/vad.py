@@ -13,11 +13,19 @@ preallocated buffer (no per-frame allocation), and applies hysteresis:
   next speech): Silero's state after seconds of background babble damps the next word — the first
   digit read 2.5 s after the reference suite's babble (40 dB down) peaks at p 0.6 instead of
   0.88 and can be missed (``tests/adapters/test_stt_confidence.py``); a fresh state hears it.
+
+Frames may be float32 in [-1, 1] or int16 PCM (scaled by 1/32768 once per window, not per frame).
+A VAD that batches across calls (:mod:`rejoinder.adapters.silero_batch`: it has ``submit``) is
+given each full window and answers later, once per batch for every call of the process; the
+tracker then judges the window and hands its signals to :attr:`VadTracker.on_signals` (the
+session) — :meth:`VadTracker.push` returns none itself. An inline VAD (``speech_prob``) is
+judged at once and ``push`` returns the signals.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -46,12 +54,19 @@ class VadTracker:
         self.window = vad.window_samples
         self.window_ms = 1000.0 * self.window / vad.sample_rate
         self._buf = np.zeros(self.window * 4, dtype=np.float32)
+        self._win = np.zeros(self.window, dtype=np.float32)  # one window, scaled
+        self._scale = 1.0
         self._fill = 0
         self._buf_start_ms = 0.0
         self.speaking = False
         self._run_start: float | None = None  # start of consecutive voiced windows
         self._last_voiced_end = 0.0
         self.last_prob = 0.0
+        self._batched = hasattr(vad, "submit")
+        #: called with the signals of windows judged later (a batching VAD); set by the session
+        self.on_signals: Callable[[list[VadSignal]], None] | None = None
+        if self._batched:
+            vad.bind(self._on_prob)  # type: ignore[attr-defined]
 
     def reset(self) -> None:
         self.vad.reset()
@@ -59,9 +74,30 @@ class VadTracker:
         self.speaking = False
         self._run_start = None
 
+    def close(self) -> None:
+        """Release a batching VAD's slot (the call ended)."""
+        close = getattr(self.vad, "close", None)
+        if close is not None:
+            close()
+
+    def _on_prob(self, p: float, start_ms: float) -> None:
+        """A batching VAD's answer for the window that started at ``start_ms``."""
+        self.last_prob = p
+        out: list[VadSignal] = []
+        self._judge(p, start_ms, out)
+        if out and self.on_signals is not None:
+            self.on_signals(out)
+
     def push(self, frame: np.ndarray, frame_start_ms: float) -> list[VadSignal]:
-        """Add one frame (float32, mono, VAD rate) that starts at ``frame_start_ms``."""
+        """Add one frame (float32 in [-1, 1] or int16, mono, VAD rate) that starts at
+        ``frame_start_ms``; returns the signals of the windows it completed (none with a
+        batching VAD: they go to :attr:`on_signals` once judged)."""
         n = len(frame)
+        if (frame.dtype == np.int16) != (self._buf.dtype == np.int16):  # int16 stays int16 until a window is full
+            kept = self._buf[:self._fill].astype(np.float32) * (self._scale if self._scale != 1.0 else 1.0)
+            self._buf = np.zeros(len(self._buf), dtype=np.int16 if frame.dtype == np.int16 else np.float32)
+            self._scale = 1.0 / 32768.0 if frame.dtype == np.int16 else 1.0
+            self._buf[:self._fill] = kept / self._scale if self._scale != 1.0 else kept
         if self._fill == 0:
             self._buf_start_ms = frame_start_ms
         if self._fill + n > len(self._buf):
@@ -72,9 +108,14 @@ class VadTracker:
         pos = 0
         while self._fill - pos >= self.window:
             start_ms = self._buf_start_ms + 1000.0 * pos / self.vad.sample_rate
-            p = self.vad.speech_prob(self._buf[pos:pos + self.window])
-            self.last_prob = p
-            self._judge(p, start_ms, out)
+            raw = self._buf[pos:pos + self.window]
+            if self._batched:
+                self.vad.submit(raw, self._scale, start_ms)  # type: ignore[attr-defined]
+            else:
+                win = raw if self._scale == 1.0 else np.multiply(raw, self._scale, out=self._win)
+                p = self.vad.speech_prob(win)
+                self.last_prob = p
+                self._judge(p, start_ms, out)
             pos += self.window
         if pos:
             rest = self._fill - pos

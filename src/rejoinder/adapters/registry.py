@@ -174,6 +174,10 @@ def _vad_silero(cfg: StackConfig) -> Any:
     return _cls("silero_vad", "SileroVAD")()
 
 
+def _vad_silero_batched(cfg: StackConfig) -> Any:
+    return _cls("silero_batch", "SileroBatchedVAD")()
+
+
 def _turn_smart(cfg: StackConfig) -> Any:
     return _cls("smart_turn", "SmartTurnV3")()
 
@@ -222,7 +226,7 @@ def _bidi(stage: str, cls: str) -> Callable[[StackConfig], Any]:
 
 
 BUILDERS: dict[str, dict[str, Callable[[StackConfig], Any]]] = {
-    "vad": {"silero": _vad_silero},
+    "vad": {"silero": _vad_silero, "silero-batched": _vad_silero_batched},
     "turn": {"smart-turn": _turn_smart},
     "stt": {"whisper-base": _stt_whisper, "cartesia": _stt_cartesia,
             "sagemaker-bidi": _bidi("stt", "SageMakerBidiSTT")},
@@ -293,6 +297,8 @@ def file_sha256(path: str | Path) -> str:
 
 def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path], str]:
     """(model name, weight files, license) for a stage, without loading the model."""
+    if kind == "vad" and name == "silero-batched":
+        return "silero-vad-v6.2-batched", [_cls("silero_batch", "silero_batch_model_path")()], "MIT"
     if kind == "vad":
         return "silero-vad-v6", [_cls("silero_vad", "silero_model_path")()], "MIT"
     if kind == "turn":

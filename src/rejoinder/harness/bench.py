@@ -27,8 +27,10 @@ from typing import Any, Callable, Protocol
 
 import psutil
 
+from .. import gctune
 from ..caller import RenderedTurn, render_turns
 from ..scenario import Scenario
+from ..stalls import LoopWatch, TurnWindow, attribute, summarize
 from ..timeline import transcript_text
 from .answers import small_talk_counts
 from .expect import evaluate
@@ -162,7 +164,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                           "truth": [list(t) for t in truth],
                           "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
                           "control": res.control_metrics(),
-                          "turn_taking": res.turn_taking_metrics()})
+                          "turn_taking": res.turn_taking_metrics(),
+                          "clock_origin_s": getattr(res, "clock_origin_s", None)})
         if verdict.skipped:
             rec["extra"]["skipped_checks"] = verdict.skipped
         if (talk := small_talk_counts(sc, verdict.failures, verdict.skipped)) is not None:
@@ -198,12 +201,16 @@ async def run_level(agent: AgentLike, scenarios: list[Scenario], rendered: dict[
         sampler.start()
     t0 = time.perf_counter()
     caller_cpu: list[float] = []
+    watch = LoopWatch()  # loop stalls: GC, blocking calls, CPU starvation (rejoinder.stalls)
+    watch.start()
+    done: list[dict[str, Any]] = []
 
     async def worker(w: int) -> None:
         for rnd in range(opts.repeat):
             for k in range(len(scenarios)):
                 sc = scenarios[(k + w) % len(scenarios)]
                 rec = await run_one(agent, Job(sc, rendered[sc.name], level, w, rnd), run_id, store, opts, t0)
+                done.append(rec)
                 if rec.get("caller_cpu_s") is not None:
                     caller_cpu.append(rec["caller_cpu_s"])
 
@@ -213,6 +220,9 @@ async def run_level(agent: AgentLike, scenarios: list[Scenario], rendered: dict[
                 tg.create_task(worker(w))
     finally:
         stats = await mon.stop()
+        stalls = watch.stop()
+        stats["loop_stalls"] = summarize(stalls)
+        stats["slow_turns"] = attribute(turn_windows(done), stalls, gc_pauses_since(t0))
         if sampler is not None:
             stats["processes"] = await sampler.stop()
         stats["caller_cpu_s"] = round(sum(caller_cpu), 4)
@@ -222,6 +232,24 @@ async def run_level(agent: AgentLike, scenarios: list[Scenario], rendered: dict[
     if opts.on_level:
         opts.on_level(level, stats)
     return stats
+
+
+def turn_windows(recs: list[dict[str, Any]]) -> list[TurnWindow]:
+    """The measured turns of ``recs`` on the process clock (calls whose clock is real)."""
+    out = []
+    for rec in recs:
+        origin = (rec.get("extra") or {}).get("clock_origin_s")
+        for t in rec.get("turns", []):
+            b = t.get("boundaries", {})
+            if origin is None or t.get("v2v_ms") is None or "user_speech_end" not in b:
+                continue
+            out.append(TurnWindow(rec["id"], t["turn_id"], origin + b["user_speech_end"] / 1000.0,
+                                  origin + b["playback_start"] / 1000.0, t["v2v_ms"], t.get("segments", {})))
+    return out
+
+
+def gc_pauses_since(t0: float) -> list[tuple[float, float]]:
+    return [(s, ms) for s, ms, _ in gctune.PAUSES if s >= t0]
 
 
 async def render_all(scenarios: list[Scenario], caller_tts=None) -> dict[str, list[RenderedTurn]]:

@@ -27,6 +27,7 @@ from ..clock import RealClock
 from ..events import CallEnd, Event, EventBus
 from ..livesession import LiveSession
 from ..session import Stack
+from ..pacing import STOP, shared_pacer
 from ..timeline import CallTranscript, Timeline
 from ..tools import CallContext
 from ..turns import TurnPolicy
@@ -158,27 +159,29 @@ class LiveCall:
             self.send(self.downlink.event(ev))
 
     async def _pace(self) -> None:
+        """The playout loop: one agent frame per 20 ms tick of the process's shared pacer
+        (:mod:`rejoinder.pacing`); more than ``RESYNC_MS`` late, it skips ahead."""
         playout = self.session.playout
-        held = False
-        t = self.clock.now_ms()
-        while True:
-            await self.clock.pace(t)
+        held = [False]
+
+        def step(t: float) -> object:
             if self._failure is not None:
                 raise self._failure
             if self.session.hangup is not None:  # the agent ended the call, and the transport
-                raise await self._agent_ended()  # confirmed its last reply played (or the watchdog)
-            if self.clock.now_ms() - t > RESYNC_MS:
-                t = self.clock.now_ms()
+                return STOP                       # confirmed its last reply played (or the watchdog)
             frame, turn_id = self.live.tick(t)
             self.record.agent(frame, t)
             if turn_id is not None and self.downlink is not None:
                 self.send(self.downlink.audio(turn_id, frame, t))
-            if playout.held != held and self.downlink is not None:
-                held = playout.held
-                self.send(self.downlink.held(held))
+            if playout.held != held[0] and self.downlink is not None:
+                held[0] = playout.held
+                self.send(self.downlink.held(held[0]))
             if t > self.max_call_ms:
                 raise CallEnded(Close.TIMEOUT, "call length limit reached", error_code="too_long")
-            t += FRAME_MS
+            return None
+
+        await shared_pacer().run(step, self.clock, resync_ms=RESYNC_MS, name=f"{self.call_id}:pace")
+        raise await self._agent_ended()  # the lane stops only when the agent ended the call
 
     async def _agent_ended(self) -> CallEnded:
         """The agent hung up or transferred the call: run the transport's transfer action

@@ -27,6 +27,8 @@ from typing import Any
 
 from ...caller import RenderedTurn, SimulatedCaller
 from ...callrun import CallResult, Overtalk
+from ...clock import RealClock
+from ...pacing import STOP, shared_pacer
 from ...recording import WavWriter
 from .jitter import JitterBuffer
 from .links import CallFailed, Link, TargetError
@@ -107,19 +109,36 @@ async def play(link: Link, turns: list[RenderedTurn], *, tail_ms: float = 2500.0
             tg.create_task(link.reader(), name="remote:reader")
             tg.create_task(link.writer(), name="remote:writer")
             await link.wait_ready(ready_timeout_s)
-            t0 = t = math.ceil(clock.now_ms() / FRAME_MS) * FRAME_MS
-            while not caller.done and t - t0 < max_ms:
-                await clock.pace(t + FRAME_MS)      # the window [t, t+20) has been spoken
+            started = False
+
+            def step(due: float) -> object:
+                """The window [t, t+20) has been spoken at ``due`` = t + 20 ms."""
+                nonlocal t0, t, started
+                t = due - FRAME_MS
+                if not started:
+                    t0, started = t, True
+                if caller.done or t - t0 >= max_ms:
+                    return STOP
                 link.check()
                 frame = caller.next_frame(t - t0)
                 link.send_audio(frame, t)
                 heard = jb.play(t)
                 link.on_ear(jb.drain_events())
                 caller.hear(heard, t - t0)
-                over.observe(frame, heard, t - t0)
+                over.observe(frame, heard, t - t0, caller.last_peak)
                 if rec:
                     rec.write(frame, heard)
-                t += FRAME_MS
+                return None
+
+            if isinstance(clock, RealClock):  # a lane of the process's one pacing timer
+                await shared_pacer().run(step, clock, name="remote:caller")
+            else:
+                due = math.ceil(clock.now_ms() / FRAME_MS) * FRAME_MS + FRAME_MS
+                while True:
+                    await clock.pace(due)
+                    if step(due) is STOP:
+                        break
+                    due += FRAME_MS
             await link.hang_up()
     except* CallFailed as eg:
         error = str(eg.exceptions[0])

@@ -1,0 +1,173 @@
+"""VAD batched across the calls of a process, off the per-frame path.
+
+A per-call VAD runs its model once per 32 ms window per call, inline in the frame loop: at
+hundreds of calls that is hundreds of model invocations (≈100–160 µs each for Silero) per tick.
+:class:`VadBatcher` instead collects every call's full windows and runs the model **once per event
+loop iteration** over all of them (one ``(k, window)`` batch, each row with its own recurrent
+state), then hands each call its probability. With the shared pacer (:mod:`rejoinder.pacing`)
+all calls' frames of one tick land in one iteration, so one batch serves every call; frames that
+arrive from sockets are batched with whatever else arrived in the same iteration. Measured on the
+2-core machine: Silero v6.2 costs ≈40 µs per window in batches of 32–1000 against ≈100–160 µs one
+at a time (``bench/capacity.py --vad silero``).
+
+A model for the batcher implements :class:`BatchModel`: ``run(windows, slots)`` scores
+``windows`` (float32 ``(k, window_samples)`` in [-1, 1]) for the given state ``slots`` (int array
+``(k,)``) and advances those slots' state; ``grow(n)``, ``reset_slot(i)``. Each call holds a
+:class:`BatchedVAD` stream (one slot): the :class:`~rejoinder.vad.VadTracker` submits windows
+to it and is called back with ``(p, window_start_ms)``; results are delivered in submission
+order per call (a call with a window already waiting flushes the batch first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Callable, Protocol
+
+import numpy as np
+
+
+class BatchModel(Protocol):
+    sample_rate: int
+    window_samples: int
+
+    def grow(self, slots: int) -> None: ...
+
+    def reset_slot(self, slot: int) -> None: ...
+
+    def run(self, windows: np.ndarray, slots: np.ndarray) -> np.ndarray: ...
+
+
+class VadBatcher:
+    """Collects windows of many streams and scores them in one model call per loop iteration.
+
+    Args:
+        model: the :class:`BatchModel`.
+        slots: initial number of streams (grows by doubling).
+    """
+
+    def __init__(self, model: BatchModel, slots: int = 64) -> None:
+        self.model = model
+        self.window = model.window_samples
+        self._cap = 0
+        self._win = np.zeros((0, self.window), dtype=np.float32)
+        self._start: list[float] = []
+        self._cb: list[Callable[[float, float], None] | None] = []
+        self._free: list[int] = []
+        self._pending: list[int] = []
+        self._is_pending: list[bool] = []
+        self._scheduled: asyncio.AbstractEventLoop | None = None
+        self.batches = 0
+        self.windows = 0
+        self._grow(slots)
+
+    def _grow(self, cap: int) -> None:
+        win = np.zeros((cap, self.window), dtype=np.float32)
+        win[:self._cap] = self._win
+        self._win = win
+        self._start += [0.0] * (cap - self._cap)
+        self._cb += [None] * (cap - self._cap)
+        self._is_pending += [False] * (cap - self._cap)
+        self._free += list(range(cap - 1, self._cap - 1, -1))
+        self.model.grow(cap)
+        self._cap = cap
+
+    # --- streams ------------------------------------------------------------------------------
+    def open(self) -> int:
+        """A free slot (its state reset)."""
+        if not self._free:
+            self._grow(2 * self._cap)
+        slot = self._free.pop()
+        self.model.reset_slot(slot)
+        return slot
+
+    def close(self, slot: int) -> None:
+        self._cb[slot] = None
+        if not self._is_pending[slot]:
+            self._free.append(slot)
+        # (a slot with a window waiting is freed by the flush that scores it)
+
+    def bind(self, slot: int, cb: Callable[[float, float], None]) -> None:
+        self._cb[slot] = cb
+
+    def submit(self, slot: int, raw: np.ndarray, scale: float, start_ms: float) -> None:
+        """Queue one window (float32 values ``raw × scale``) of ``slot`` that starts at
+        ``start_ms``; it is scored at the end of this loop iteration."""
+        if self._is_pending[slot]:  # its previous window is still waiting: score that first
+            self.flush()
+        np.multiply(raw, scale, out=self._win[slot])
+        self._start[slot] = start_ms
+        self._is_pending[slot] = True
+        self._pending.append(slot)
+        loop = asyncio.get_running_loop()
+        if self._scheduled is not loop:  # (a flush scheduled on a loop that has ended never runs)
+            self._scheduled = loop
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Score every waiting window in one model call and deliver the probabilities."""
+        self._scheduled = None
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        slots = np.fromiter(pending, dtype=np.intp, count=len(pending))
+        probs = self.model.run(self._win[slots], slots).tolist()
+        self.batches += 1
+        self.windows += len(pending)
+        cbs, starts, flags = self._cb, self._start, self._is_pending
+        for slot, p in zip(pending, probs):
+            flags[slot] = False
+            cb = cbs[slot]
+            if cb is None:  # closed while waiting
+                self._free.append(slot)
+            else:
+                cb(p, starts[slot])
+
+    def reset(self, slot: int) -> None:
+        self.model.reset_slot(slot)
+
+
+class BatchedVAD:
+    """One call's stream of a process-wide :class:`VadBatcher` (see the module docstring): the
+    VAD port a :class:`~rejoinder.vad.VadTracker` uses, with ``submit`` instead of a synchronous
+    ``speech_prob``. Subclasses name their model with :meth:`make_model`; one batcher per class
+    per process."""
+
+    _batchers: dict[type, VadBatcher] = {}
+    _lock = threading.Lock()
+
+    sample_rate = 16000
+    window_samples = 512
+
+    @classmethod
+    def make_model(cls) -> BatchModel:
+        raise NotImplementedError
+
+    @classmethod
+    def batcher(cls) -> VadBatcher:
+        with cls._lock:
+            b = cls._batchers.get(cls)
+            if b is None:
+                b = cls._batchers[cls] = VadBatcher(cls.make_model())
+            return b
+
+    def __init__(self) -> None:
+        self._b = self.batcher()
+        self.slot = self._b.open()
+        self.sample_rate = self._b.model.sample_rate
+        self.window_samples = self._b.window
+
+    def bind(self, cb: Callable[[float, float], None]) -> None:
+        self._b.bind(self.slot, cb)
+
+    def submit(self, raw: np.ndarray, scale: float, start_ms: float) -> None:
+        self._b.submit(self.slot, raw, scale, start_ms)
+
+    def reset(self) -> None:
+        self._b.reset(self.slot)
+
+    def close(self) -> None:
+        if self.slot >= 0:
+            self._b.close(self.slot)
+            self.slot = -1
