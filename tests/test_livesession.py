@@ -55,3 +55,29 @@ async def test_push_rejects_audio_that_is_not_mono_int16():
     with pytest.raises(ValueError, match="mono int16"):
         call.push(np.zeros(320, dtype=np.float32))
     await call.close()
+
+
+async def test_on_a_real_clock_the_call_is_a_lane_of_the_shared_pacer():
+    """A real clock: playout runs on the process's one pacing timer (rejoinder.pacing), and the
+    same README call still completes (no timing asserted, only what was heard)."""
+    from rejoinder.clock import RealClock
+    from rejoinder.pacing import shared_pacer
+
+    ns: dict = {}
+    exec(compile(example(), "README.md", "exec"), ns)
+    clock = RealClock()
+    stack = make_stack(clock, ["Where is my order?"])
+    caller = np.concatenate([silence(300), tone(600), silence(400)])
+    lanes: list[int] = []
+
+    async def mic():
+        for k in range(0, len(caller), 960):
+            await clock.sleep_until(k / 16.0 + 60.0)
+            lanes.append(len(shared_pacer().lanes))
+            yield caller[k:k + 960]
+
+    played: list[np.ndarray] = []
+    heard = await ns["one_call"](stack, scripted_agent(), mic(), played.append, clock=clock)
+    assert heard == ["Order 4217 has shipped and arrives Friday."]
+    assert lanes and max(lanes) == 1  # the call's playout was the pacer's lane
+    assert played and all(len(f) == 320 for f in played)

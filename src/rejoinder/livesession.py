@@ -31,6 +31,7 @@ import numpy as np
 from .agent import Agent
 from .clock import Clock, RealClock
 from .events import Event, EventBus
+from .pacing import STOP, shared_pacer, uses_shared_pacer
 from .session import LINE_RATE, Session, Stack
 from .stages import Stamper
 from .tools import CallContext
@@ -213,19 +214,34 @@ class LiveSession:
         return frame, (r.turn_id if r is not None and r.played > before else None)
 
     async def _pace(self) -> None:
+        """The playout loop: on a real clock a lane of the process's one pacing timer
+        (:mod:`rejoinder.pacing`); a virtual clock keeps this call's own loop."""
         playout = self.session.playout
+
+        def step(t: float) -> object:
+            if self.session.hangup is not None and playout.reply is None:
+                self.ended = f"hangup: {self.session.hangup}"
+                return STOP
+            frame, turn_id = self.tick(t)
+            if turn_id is not None:
+                self._frames.put_nowait(AgentFrame(turn_id, frame.copy(), t))
+            return None
+
+        if uses_shared_pacer(self.clock):
+            try:
+                await shared_pacer().run(step, self.clock, resync_ms=RESYNC_MS,
+                                         name=f"{self.call_id}:live")
+            finally:
+                self._frames.put_nowait(None)
+            return
         t = self.clock.now_ms()
         try:
             while True:
                 await self.clock.pace(t)
-                if self.session.hangup is not None and playout.reply is None:
-                    self.ended = f"hangup: {self.session.hangup}"
-                    return
                 if self.clock.now_ms() - t > RESYNC_MS:
                     t = self.clock.now_ms()
-                frame, turn_id = self.tick(t)
-                if turn_id is not None:
-                    self._frames.put_nowait(AgentFrame(turn_id, frame.copy(), t))
+                if step(t) is STOP:
+                    return
                 t += FRAME_MS
         finally:
             self._frames.put_nowait(None)
