@@ -178,8 +178,29 @@ class Recovery:
     turn_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """The fate of one speculative (preemptive) draft of ``turn_id`` (:mod:`rejoinder.speculation`):
+    ``outcome`` ``"kept"``, ``"extended"`` (the final transcript only added courtesy words) or
+    ``"discarded"`` (``reason``: ``transcript_changed``, ``reopen``, ``noise``, ``barge_in`` …);
+    ``saved_ms`` how much sooner a kept draft's first text was ready than without it; what it
+    cost: ``llm_requests``, ``tokens`` (text deltas) and ``tool_runs`` (reversible, compensated
+    when discarded); ``started_ms`` when it started, ``t_ms`` when it was decided."""
+
+    outcome: str
+    reason: str
+    saved_ms: float
+    llm_requests: int
+    tokens: int
+    tool_runs: int
+    started_ms: float
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
 Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
-              SpeakableText, AgentSpeech, ErrorEvent, Recovery]
+              SpeakableText, AgentSpeech, ErrorEvent, Recovery, Speculation]
 EVENT_TYPES: tuple[type, ...] = get_args(Event)
 
 Observer = Callable[[Event], None]

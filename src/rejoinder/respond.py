@@ -59,6 +59,13 @@ class Draft:
         self.policy = recovery
         self.steps: list[Step] = []
         self.done = False
+        # the speculation record (rejoinder.speculation): cost and first text of this draft
+        self.speculative = tentative
+        self.parked = False  # a tentative draft kept while the next pause's transcript comes
+        self.started_ms = conv.st.now()
+        self.first_text_ms: float | None = None
+        self.llm_requests = 0
+        self.tokens = 0
         self.task: asyncio.Task | None = None  # set by the session that runs it
         self._tool_tasks: list[asyncio.Task] = []
         self._items: list[Say] = []
@@ -83,6 +90,8 @@ class Draft:
 
     # --- output -------------------------------------------------------------------------------
     def _put(self, item: Say) -> None:
+        if self.first_text_ms is None and item.text.strip():
+            self.first_text_ms = self.conv.st.now()
         self._items.append(item)
         self._wake.set()
 
@@ -149,6 +158,7 @@ class Draft:
                 request, prefix=request.prefix + step.text,
                 max_tokens=max(8, request.max_tokens - len(step.text) // 4))
             try:
+                self.llm_requests += 1
                 stream = timed_llm(st, self.turn_id, self.llm, req)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
                                          self.policy.llm_stall_ms, "llm"):
@@ -162,6 +172,7 @@ class Draft:
                         if not delta:
                             continue
                     step.text += delta
+                    self.tokens += 1
                     st.emit(LlmToken(delta, st.now(), st.call_id, self.turn_id))
                     self._put(Say(delta))
                 return calls

@@ -25,6 +25,7 @@ import numpy as np
 from .agent import Agent
 from .audio_io import resample
 from .clock import wait_within
+from .completeness import read_transcript, text_complete  # noqa: F401 — text_complete re-exported
 from .conversation import Conversation, Step, undo_runs
 from .dictation import dictated_digits, number_open
 from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
@@ -32,6 +33,7 @@ from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply
 from .respond import Draft, Say
+from .speculation import same_request, speculation_event
 from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
 from .stages import Stamper, timed_stt
 from .tools import CallContext
@@ -49,26 +51,6 @@ def number_incomplete(text: str) -> bool:
     """True when ``text`` ends in a number still being read out, with the default number
     formats and no context (:func:`rejoinder.dictation.number_open`)."""
     return number_open(text)
-
-
-_CLOSED_PHRASES = {"hello", "hi", "hey", "yes", "no", "yeah", "nope", "thanks", "thank you",
-                   "okay", "ok", "bye", "goodbye", "that's all", "that's it", "sure", "correct"}
-
-
-def text_complete(text: str) -> bool:
-    """True when a transcript reads as a finished utterance: it ends with terminal punctuation
-    (Whisper punctuates) but not an ellipsis or a dangling word like "and"/"the", or it is a
-    closed phrase such as "hello" or "thank you"."""
-    t = text.strip().lower()
-    if not t:
-        return False
-    bare = t.rstrip(".!?, ")
-    if bare in _CLOSED_PHRASES:
-        return True
-    if t.endswith(("...", "…")) or not t.endswith((".", "!", "?")):
-        return False
-    last = bare.split()[-1] if bare.split() else ""
-    return last not in {"and", "or", "but", "the", "a", "an", "to", "is", "my", "of", "for", "uh", "um"}
 
 
 @dataclass
@@ -109,7 +91,7 @@ class Session:
         self.taker = TurnTaker(self.policy)
         p = self.policy
         self.tracker = VadTracker(stack.vad, threshold=p.vad_threshold, neg_threshold=p.vad_neg_threshold,
-                                  min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms,
+                                  min_speech_ms=p.min_speech_ms, pause_ms=p.early_pause_ms,
                                   reset_after_ms=p.vad_reset_ms)
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
@@ -189,8 +171,10 @@ class Session:
 
     def _perform(self, actions: list) -> None:
         for a in actions:
-            if isinstance(a, (Speculate, CancelReply)):  # the tentative transcript is stale
-                self._discard_draft(a.turn_id)
+            if isinstance(a, Speculate):  # kept until the new transcript says if it still fits
+                self._park_draft(a.turn_id)
+            elif isinstance(a, CancelReply):  # the tentative transcript is stale
+                self._discard_draft(a.turn_id, a.reason)
             if isinstance(a, OpenTurn):
                 self._onset[a.turn_id] = a.onset_ms
                 self.st.stamp("user_speech_start", a.turn_id, a.onset_ms, estimated=True)
@@ -258,11 +242,15 @@ class Session:
                 held = True  # more speech, fewer words: the STT dropped the digits; keep holding
             self._heard[turn_id] = (end_ms, heard, held)
             noise = noise_verdict(heard, self.policy.sounds)
+            r = read_transcript(text, number_open=held,
+                                number_complete=not held and dictated_digits(text) >= 3)
+            self._settle_parked(turn_id, text, fits=not held and noise is None)
             self._perform(self.taker.transcript_result(
-                turn_id, text_complete(text), held, self.st.now(), question=text.endswith("?"),
-                noise=noise, number_complete=not held and dictated_digits(text) >= 3))
+                turn_id, r.complete, held, self.st.now(), question=r.question, noise=noise,
+                number_complete=r.number_complete, dangling=r.dangling))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.preemptive and text and not held and noise is None):  # no draft for noise
+                    and self.preemptive and text and not held and noise is None  # not on noise
+                    and not r.dangling and turn_id not in self._drafts):
                 self._start_draft(turn_id, text, tentative=True)
         return text
 
@@ -305,14 +293,16 @@ class Session:
         self._drafts[turn_id] = draft
         return draft
 
-    def _discard_draft(self, turn_id: int) -> None:
-        """Stop the turn's draft; if it was still tentative, compensate its reversible tools."""
+    def _discard_draft(self, turn_id: int, reason: str = "discarded") -> None:
+        """Stop the turn's draft; if it was still tentative, compensate its reversible tools
+        (and record the speculation as discarded: :mod:`rejoinder.speculation`)."""
         draft = self._drafts.pop(turn_id, None)
         if draft is None:
             return
         draft.task.cancel()
         if not draft.tentative:
             return
+        self.st.emit(speculation_event(draft, "discarded", reason, self.st.now()))
 
         async def undo() -> None:
             await asyncio.gather(draft.task, return_exceptions=True)
@@ -321,6 +311,24 @@ class Session:
         task = self._spawn(undo(), turn_id, "tools")
         self._undoing.add(task)
         task.add_done_callback(self._undoing.discard)
+
+    def _park_draft(self, turn_id: int) -> None:
+        """A new pause of the turn: a tentative draft keeps running until that pause's
+        transcript says whether it still answers the caller (:meth:`_settle_parked`)."""
+        draft = self._drafts.get(turn_id)
+        if draft is not None and draft.tentative:
+            draft.parked = True
+        else:
+            self._discard_draft(turn_id, "new_pause")
+
+    def _settle_parked(self, turn_id: int, text: str, *, fits: bool) -> None:
+        draft = self._drafts.get(turn_id)
+        if draft is None or not draft.parked:
+            return
+        if fits and same_request(draft.user_text, text):
+            draft.parked = False  # the caller only added courtesy words (or nothing)
+        else:
+            self._discard_draft(turn_id, "transcript_changed")
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         """Short caller sound over the agent ended: resume or barge in, judged on its duration,
@@ -390,9 +398,16 @@ class Session:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
         draft = self._drafts.get(turn_id)
-        if draft is not None and draft.user_text == text:
-            draft.confirm()  # adopt the preemptive draft: its text is spoken from now on
+        kept = same_request(draft.user_text, text) if draft is not None and draft.tentative else None
+        if kept:  # adopt the preemptive draft: its text is spoken from now on
+            draft.parked = False
+            self.st.emit(speculation_event(draft, kept, "final_transcript", self.st.now()))
+            draft.confirm()
+        elif draft is not None and not draft.tentative and draft.user_text == text:
+            pass  # already confirmed (a retried reply of the same words)
         else:
+            if draft is not None:
+                self._discard_draft(turn_id, "transcript_changed")
             draft = self._start_draft(turn_id, text, tentative=False)
         await self._speak(turn_id, draft.items(), text, draft.steps)
 

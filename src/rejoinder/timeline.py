@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, ToolCallEvent,
-                     TranscriptEvent, TurnDecision, event_to_dict)
+from .events import (AgentSpeech, Boundary, ErrorEvent, Event, Recovery, Speculation,
+                     ToolCallEvent, TranscriptEvent, TurnDecision, event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
@@ -68,6 +68,9 @@ class TurnRecord:
     resumed: list[str] = field(default_factory=list)  # why the reply talked on after caller sounds
     rejected: dict[str, Any] | None = None  # why the turn was rejected as noise, what was heard
     initiated: str | None = None  # the agent spoke on its own (e.g. "idle_prompt"): no caller turn
+    llm_requests: int = 0  # every LLM request of the turn (speculative drafts and tool steps too)
+    speculation: list[dict[str, Any]] = field(default_factory=list)  # rejoinder.speculation
+    commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -142,6 +145,9 @@ class TurnRecord:
             "rejected": self.rejected,
             "initiated": self.initiated,
             "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
+            "llm_requests": self.llm_requests,
+            "speculation": self.speculation,
+            "commits": [round(t, 3) for t in self.commits],
         }
 
 
@@ -190,6 +196,12 @@ class Timeline:
                 rec.status = rec.initiated = "idle_prompt"
             else:  # a sound over the reply that it talked on after
                 rec.resumed.append(event.reason)
+        elif isinstance(event, Speculation) and event.turn_id:
+            self.turn(event.turn_id).speculation.append(
+                {"outcome": event.outcome, "reason": event.reason, "saved_ms": event.saved_ms,
+                 "llm_requests": event.llm_requests, "tokens": event.tokens,
+                 "tool_runs": event.tool_runs, "started_ms": round(event.started_ms, 3),
+                 "decided_ms": round(event.t_ms, 3)})
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
             if event.interrupted and "playback_start" not in rec.stamps:
@@ -225,6 +237,10 @@ class Timeline:
             return
         elif b.name == "llm_first_token":
             rec.llm_first_tokens.append(b.t_ms)
+        elif b.name == "llm_request":
+            rec.llm_requests += 1
+        elif b.name == "eot_decided":
+            rec.commits.append(b.t_ms)
         elif b.name == "transcript_final":
             rec.transcript = str(b.data.get("text", ""))
         if b.estimated and b.name in rec.stamps and b.name not in rec.estimated:
