@@ -25,7 +25,9 @@ from .events import AgentSpeech, Boundary, EventBus, Recovery
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
+from .callmetrics import endpointing_metrics, longest_silences
 from .session import Session, Stack
+from .speculation import SpeculationAudit, speculation_metrics
 from .tools import CallContext
 from .stages import Stamper
 from .timeline import CallTranscript, Timeline, TurnRecord
@@ -52,6 +54,28 @@ class CallResult:
     context: list[Any] = field(default_factory=list)  # the LLM's chat history at the end
     heard_log: list[tuple[int, str]] = field(default_factory=list)  # (turn, assistant text kept)
     hangup: str | None = None  # why the agent ended the call itself (None: the caller did)
+    unconfirmed_words: int = 0  # LLM words handed to TTS before their turn was decided over
+
+    def endpointing_metrics(self) -> dict[str, Any] | None:
+        """Endpointing delays and false cut-offs against the caller's own audio
+        (:func:`rejoinder.callmetrics.endpointing_metrics`); None without a simulated caller."""
+        runs = getattr(self.caller, "speech_runs", None)
+        if runs is None:
+            return None
+        return endpointing_metrics(self.turns, runs, self.caller.truth)
+
+    def silence_metrics(self) -> list[dict[str, Any]] | None:
+        """The longest silence the caller heard in each answered turn (ms;
+        :func:`rejoinder.callmetrics.longest_silences`)."""
+        runs = getattr(self.caller, "heard_runs", None)
+        if runs is None:
+            return None
+        return longest_silences(self.turns, runs, self.duration_ms)
+
+    def speculation_metrics(self) -> dict[str, Any]:
+        """What speculative drafts bought and cost in this call
+        (:func:`rejoinder.speculation.speculation_metrics`)."""
+        return speculation_metrics(self.turns, self.unconfirmed_words)
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -134,6 +158,8 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
 
     bus.subscribe(on_event)
+    audit = SpeculationAudit()
+    bus.subscribe(audit)
     session = Session(st, stack, agent, ctx, policy=policy, recovery=recovery, filler=filler,
                       preemptive=preemptive)
     greets = greeting and agent.greeting is not None
@@ -174,7 +200,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, transcript.lines, error, tools,
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
-                      hangup=session.hangup)
+                      hangup=session.hangup, unconfirmed_words=audit.unconfirmed_words)
 
 
 class Overtalk:

@@ -39,11 +39,15 @@ RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
 class Say:
     """Text for the speech side. ``source`` tells who wrote it: ``"llm"``, or words the runtime
     says on its own (``"greeting"``, ``"filler"``, ``"recovery"``, ``"idle"``). ``flush`` ends the
-    current chunk (a tool round is coming: speak what is pending now)."""
+    current chunk (a tool round is coming: speak what is pending now); ``wait_ms`` is then the
+    round's expected duration (the tools' declared or observed latency, :meth:`Tool.expected_ms`),
+    written at ``at_ms`` — what the speech side's filler policy decides on."""
 
     text: str
     source: str = "llm"
     flush: bool = False
+    wait_ms: float = 0.0  # with flush: the tool round coming is expected to take this long
+    at_ms: float = 0.0    # when the item was written (call clock)
 
 
 class Draft:
@@ -132,16 +136,20 @@ class Draft:
             calls = await self._step(pending, step, final=k == max_steps - 1)
             if not calls:
                 break
-            self._put(Say("", flush=True))
+            tools = [self.conv.agent.tools.get(c.name) for c in calls]
+            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
+            self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now()))
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
-            for call in calls:
-                tool = self.conv.agent.tools.get(call.name)
+            for call, tool in zip(calls, tools):
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
                 task = asyncio.ensure_future(
                     self.conv.run_tool(self.turn_id, call, tentative=self.tentative))
                 self._tool_tasks.append(task)
+                t0 = self.conv.st.now()
                 run = await asyncio.shield(task)
+                if tool is not None:
+                    tool.observe(self.conv.st.now() - t0)
                 step.runs.append(run)
                 pending.append(run.message())
         if not any(s.text.strip() for s in self.steps) and self.policy.recovery_line:

@@ -161,6 +161,11 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                           "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
                           "control": res.control_metrics(),
                           "turn_taking": res.turn_taking_metrics()})
+        for key, fn in (("endpointing", "endpointing_metrics"), ("silence", "silence_metrics"),
+                        ("speculation", "speculation_metrics")):  # a remote agent may lack some
+            value = getattr(res, fn)() if hasattr(res, fn) else None
+            if value is not None:
+                rec["extra"][key] = value
         if verdict.skipped:
             rec["extra"]["skipped_checks"] = verdict.skipped
         if getattr(res, "target", None):  # a remote agent: what it said about this call
