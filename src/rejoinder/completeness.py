@@ -4,8 +4,8 @@ Smart Turn hears prosody; the speculative transcript (Whisper punctuates) tells 
 :func:`read_transcript` sorts a transcript of the turn so far into what the turn-taking
 (:class:`rejoinder.turns.TurnTaker`) needs:
 
-* ``complete``: it ends a sentence (``.``, ``!``, ``?``; not an ellipsis) or is a closed phrase
-  ("hello", "thank you", "that's all"), and its last word is not one that needs a continuation;
+* ``complete``: it ends with ``?`` or ``!``, or with ``.`` after a last word that needs no
+  continuation (not an ellipsis), or it is a closed phrase ("hello", "thank you", "that's all");
 * ``dangling``: it ends mid-phrase — a trailing conjunction, article, preposition, possessive or
   hesitation ("… and", "my", "to", "uh") not closed by "?" or "!", a comma or an ellipsis: the caller is very likely to go
   on, so the model alone must not end the turn;
@@ -62,7 +62,7 @@ def text_complete(text: str) -> bool:
         return True
     if t.endswith(("...", "…")) or not t.endswith((".", "!", "?")):
         return False
-    return _last_word(t) not in DANGLING_WORDS
+    return t.endswith(("?", "!")) or _last_word(t) not in DANGLING_WORDS
 
 
 def dangling(text: str) -> bool:
