@@ -49,8 +49,18 @@ def test_a_moderately_sure_model_waits_for_pause_ms_unless_the_words_read_comple
 
 def test_a_decisive_transcript_does_not_wait_for_the_model():
     t = paused()
-    assert t.transcript_result(1, True, False, 1200, question=True) == [
+    assert t.transcript_result(1, True, False, 1040, question=True) == [
         Commit(1, "transcript", 0.0, 900)]
+    # complete words after pause_ms of silence do not wait for a late model either
+    t = paused()
+    assert t.transcript_result(1, True, False, 1059) == []
+    assert t.tick(1060) == [] and t.state is State.USER_PAUSED  # (a transcript decides, not time)
+    t = paused()
+    assert t.transcript_result(1, True, False, 1200) == [Commit(1, "transcript", 0.0, 900)]
+    # ... but a model that has answered "not done" (below eot_text_threshold) holds them back
+    t = paused()
+    t.eot_result(1, 0.05, 1046)
+    assert t.transcript_result(1, True, False, 1200) == []
 
 
 def test_no_model_only_end_while_a_number_is_read_out():

@@ -26,8 +26,10 @@ Policy (defaults in :class:`TurnPolicy`):
   - the speculative transcript reads complete (terminal punctuation, a closed phrase; not a
     trailing "and"/"the", not mid-number: :mod:`rejoinder.completeness`) and the model's
     probability ≥ ``eot_text_threshold``, or the transcript is *decisive* (ends with a question
-    mark or a whole number of an expected format) — then the model is not even waited for
-    (``"model+transcript"`` / ``"transcript"``);
+    mark or a whole number of an expected format), or the silence has reached ``pause_ms`` and
+    the model has not answered yet (it runs beside the STT and may come later on a loaded CPU)
+    — a complete transcript is then not held back by the model (``"model+transcript"`` /
+    ``"transcript"``); only a model verdict below ``eot_text_threshold`` vetoes it;
   - otherwise after ``silence_timeout_ms`` of silence (the fallback recommended for Smart Turn,
     which calls many mid-sentence pauses complete on read speech — MODELS.md), or
     ``digit_hold_ms`` when the transcript ends in a number still being read out.
@@ -379,6 +381,8 @@ class TurnTaker:
                                 p if p is not None else 0.0)
         if self._text_complete and p is not None and p >= pol.eot_text_threshold:
             return self._commit("model+transcript", p)
+        if self._text_complete and p is None and now - self.last_voiced_ms >= pol.pause_ms:
+            return self._commit("transcript", 0.0)  # complete words, the model is late: go
         return None
 
     def _model_wait(self) -> float | None:
