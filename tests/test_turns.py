@@ -134,9 +134,9 @@ def _answered(t: TurnTaker, end_ms: float) -> None:
 def test_a_hallucinated_turn_is_rejected_not_answered():
     t = TurnTaker()
     t.speech_onset(0, 64)
-    t.speech_pause(1200, 1360)
-    assert t.transcript_result(1, True, False, 1400, noise="low_confidence") == []
-    assert t.eot_result(1, 0.9, 1410) == [Reject(1, "low_confidence")]  # would have committed
+    t.speech_pause(1200, 1296)
+    assert t.transcript_result(1, True, False, 1340, noise="low_confidence") == []
+    assert t.eot_result(1, 0.9, 1350) == [Reject(1, "low_confidence")]  # would have committed
     assert t.state is State.LISTENING
     # the next sound opens a new turn; its own transcript decides afresh
     assert t.speech_onset(3000, 3064) == [OpenTurn(2, 3000)]
