@@ -259,3 +259,23 @@ def test_expected_latency_falls_back_to_the_observed_median():
     for ms in (900, 100, 1000):
         t.observe(ms)
     assert t.expected_ms() == 900
+
+
+def test_bench_summary_blocks_from_calls():
+    from rejoinder.harness.eotsummary import eot_summary
+    calls = [{"extra": {
+        "endpointing": {"delays_ms": [200.0, 300.0], "utterances": 2, "cut_off": 1,
+                        "cut_off_in_numbers": 0, "false_cutoff_events": 1},
+        "speculation": {"turns": 2, "llm_requests": 3, "speculative": 2, "kept": 1, "extended": 0,
+                        "discarded": 1, "saved_ms": [180.0], "wasted_llm_requests": 1,
+                        "wasted_tokens": 12, "wasted_tool_runs": 1, "discard_reasons": {},
+                        "unconfirmed_words": 0},
+        "silence": [{"turn_id": 1, "longest_silence_ms": 700.0, "tools": False},
+                    {"turn_id": 2, "longest_silence_ms": 1200.0, "tools": True}]}},
+        {"extra": {}}]  # a failed call has no blocks
+    s = eot_summary(calls)
+    ep, sp, si = s["endpointing"], s["speculation"], s["silence"]
+    assert ep["delay_ms"]["p50"] == 250 and ep["false_cutoff_rate"] == 0.5
+    assert sp["hit_rate"] == 0.5 and sp["saved_ms"]["p50"] == 180
+    assert sp["llm_calls_per_turn"] == 1.5 and sp["wasted_llm_calls_per_turn"] == 0.5
+    assert si["tool_turns_longest_silence_ms"]["max"] == 1200 and si["longest_silence_ms"]["n"] == 2
