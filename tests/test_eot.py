@@ -130,6 +130,11 @@ def test_false_cutoff_accounting():
     m = endpointing_metrics(turns, runs, truth)
     assert m["utterances"] == 3 and m["cut_off"] == 2 and m["cut_off_in_numbers"] == 1
     assert m["delays_ms"] == [200, 150, 150]
+    # a decision the transcript took back before the caller went on is counted apart
+    held = rec(2, [5600, 7650], end=7500, transcript="4 1 5 5 5 5 0 1 0 1.")
+    held.retractions = [5900]
+    m = endpointing_metrics([turns[0], held, turns[2]], runs, truth)
+    assert (m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (1, 0, 1)
     # going on only after more than 1 s is not a cut-off
     late = [(0, 1000, 1400), (0, 2500, 3000)]
     assert endpointing_metrics([rec(1, [1450, 3100], end=3000)], late,
@@ -279,3 +284,19 @@ def test_bench_summary_blocks_from_calls():
     assert sp["hit_rate"] == 0.5 and sp["saved_ms"]["p50"] == 180
     assert sp["llm_calls_per_turn"] == 1.5 and sp["wasted_llm_calls_per_turn"] == 0.5
     assert si["tool_turns_longest_silence_ms"]["max"] == 1200 and si["longest_silence_ms"]["n"] == 2
+
+
+async def test_a_confident_commit_inside_a_number_is_retracted_not_a_cut_off():
+    # Smart Turn calls the pause after "415" complete; the transcript shows an open number and
+    # takes the commit back before the caller reads the next group (nothing was said)
+    clock = VirtualClock()
+    stack = make_stack(clock, ["4 1 5", "4 1 5 5 5 5", "4 1 5 5 5 5 0 1 0 1."], eot_prob=0.95)
+    pcm = np.concatenate([tone(900), silence(1000), tone(900), silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
+    [r] = res.turns
+    # once the first group showed a number being read, the model alone commits no more
+    assert len(r.commits) == 2 and len(r.retractions) == 1
+    m = res.endpointing_metrics()
+    assert (m["utterances"], m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (1, 0, 0, 1)
+    assert m["delays_ms"] == [pytest.approx(r.stamps["eot_decided"] - r.stamps["user_speech_end"])]
+    assert len(stack.llm.requests) == 1  # no LLM work on the retracted commits

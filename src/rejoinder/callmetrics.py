@@ -9,11 +9,13 @@ caller turn, where ``user_speech_end`` is the caller's last voiced sample (the l
 **False cut-off**: the runtime decided the caller's turn was over (any ``eot_decided``, also one
 taken back later) while the caller went on speaking the same utterance within 1 s
 (``FALSE_CUTOFF_WINDOW_MS``) — a voiced run of that scripted utterance starts in
-``(decision, decision + 1 s]``. The rate is over the caller's utterances: an utterance with one
-or more false cut-offs counts once. ``in_numbers`` counts those whose turn's transcript ends in a
-number of ≥ 3 digits read out (``rejoinder.dictation.dictated_digits``). A decision taken back by
-the runtime before the caller went on (the transcript showed an open number, a dangling "and")
-is still counted: nothing was said, but the decision was wrong.
+``(decision, decision + 1 s]`` — and the decision was still standing then. The rate is over
+the caller's utterances: an utterance with one or more false cut-offs counts once.
+``in_numbers`` counts those whose turn's transcript ends in a number of ≥ 3 digits read out
+(``rejoinder.dictation.dictated_digits``). A decision the runtime took back on its own before
+the caller went on (the transcript showed an open number or a dangling "and": a ``retracted``
+:class:`~rejoinder.events.TurnDecision`; the reply waits for the transcript, so nothing was
+said and no LLM call made) is counted apart, as ``retracted``.
 
 **Longest silence** of a turn: the longest stretch without voiced agent audio at the caller
 from the caller's end of speech until the reply was heard out (or cut): the wait before the
@@ -40,18 +42,25 @@ def endpointing_metrics(turns: Sequence[Any], speech_runs: Sequence[tuple[int, f
               if r.initiated is None and "eot_decided" in r.stamps and "user_speech_end" in r.stamps
               and "playback_start" in r.stamps]
     cut: dict[int, bool] = {}  # utterance index → cut off inside a number read out
-    events = 0
+    events = retracted = 0
     for r in turns:
         numbers = dictated_digits(r.transcript or "") >= 3
         for c in r.commits:
             utt = next((u for u in reversed(truth) if u[1] <= c), None)
             if utt is None or c >= utt[2]:
                 continue  # decided after the utterance ended: right
-            if any(k == utt[0] and c < a <= c + FALSE_CUTOFF_WINDOW_MS for k, a, _ in speech_runs):
-                events += 1
-                cut[utt[0]] = cut.get(utt[0], False) or numbers
+            resumed = [a for k, a, _ in speech_runs
+                       if k == utt[0] and c < a <= c + FALSE_CUTOFF_WINDOW_MS]
+            if not resumed:
+                continue
+            if any(c <= x <= min(resumed) for x in getattr(r, "retractions", ())):
+                retracted += 1  # taken back by the transcript before the caller went on
+                continue
+            events += 1
+            cut[utt[0]] = cut.get(utt[0], False) or numbers
     return {"delays_ms": delays, "utterances": len(truth), "cut_off": len(cut),
-            "cut_off_in_numbers": sum(1 for v in cut.values() if v), "false_cutoff_events": events}
+            "cut_off_in_numbers": sum(1 for v in cut.values() if v), "false_cutoff_events": events,
+            "retracted": retracted}
 
 
 def longest_silences(turns: Sequence[Any], heard_runs: Sequence[Sequence[float]],

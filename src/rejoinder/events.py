@@ -88,8 +88,10 @@ class TurnDecision:
     ``reason`` is ``"model"`` / ``"model+transcript"`` (end-of-turn model), ``"timeout"``
     (silence fallback) or ``"promoted"``. Not committed: the agent talks on after a sound over
     its reply (``"backchannel"``, ``"non_speech"``, ``"unclear"``; on the reply's turn), the
-    caller's turn was only noise and gets no reply (``"rejected_noise"``), or the agent takes
-    the floor on its own (``"idle_prompt"``: an idle reprompt or goodbye). ``data`` holds
+    caller's turn was only noise and gets no reply (``"rejected_noise"``), the transcript took
+    a commit back before anything was said (``"retracted"``; ``data["why"]``: ``digit_hold``,
+    ``incomplete``), or the agent takes the floor on its own (``"idle_prompt"``: an idle
+    reprompt or goodbye). ``data`` holds
     details: the transcript and the recogniser's confidence, the text said."""
 
     committed: bool

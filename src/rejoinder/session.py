@@ -45,6 +45,7 @@ LINE_RATE = 16000
 PREROLL_MS = 300.0
 TAIL_MS = 120.0
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
+RETRACTIONS = ("digit_hold", "incomplete")  # CancelReply reasons that take a commit back
 
 
 def number_incomplete(text: str) -> bool:
@@ -193,6 +194,8 @@ class Session:
                 self._replies[a.turn_id] = (None, self._spawn(self._reply(a.turn_id), a.turn_id, "reply"))
             elif isinstance(a, CancelReply):
                 self._cancel_reply(a.turn_id, a.reason)
+                if a.reason in RETRACTIONS:
+                    self._retracted(a.turn_id, a.reason)
             elif isinstance(a, Hold):
                 self.playout.hold(self.st.now())  # stop talking over the caller at once
             elif isinstance(a, Resume):
@@ -209,6 +212,12 @@ class Session:
                 self._say_later(a.turn_id, self.policy.idle.reprompt_text, "idle_prompt")
             elif isinstance(a, EndCall):
                 self._say_later(a.turn_id, self.policy.idle.goodbye_text, "idle_prompt", hangup=a.reason)
+
+    def _retracted(self, turn_id: int, why: str) -> None:
+        """The transcript took a commit back (a number still read out, a dangling ending):
+        marked on the timeline (:mod:`rejoinder.callmetrics` tells it from a false cut-off)."""
+        self.st.emit(TurnDecision(False, 0.0, "retracted", self.st.now(), self.st.call_id, turn_id,
+                                  {"why": why}))
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         entry = self._replies.pop(turn_id, None)
@@ -392,6 +401,7 @@ class Session:
             acts = self.taker.hold_for_digits(turn_id, self.st.now())
             if acts:
                 self._replies.pop(turn_id, None)
+                self._retracted(turn_id, "digit_hold")
                 self._perform([a for a in acts if not isinstance(a, CancelReply)])
                 return
         if not text:

@@ -71,6 +71,7 @@ class TurnRecord:
     llm_requests: int = 0  # every LLM request of the turn (speculative drafts and tool steps too)
     speculation: list[dict[str, Any]] = field(default_factory=list)  # rejoinder.speculation
     commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
+    retractions: list[float] = field(default_factory=list)  # commits the transcript took back
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -148,6 +149,7 @@ class TurnRecord:
             "llm_requests": self.llm_requests,
             "speculation": self.speculation,
             "commits": [round(t, 3) for t in self.commits],
+            "retractions": [round(t, 3) for t in self.retractions],
         }
 
 
@@ -192,6 +194,8 @@ class Timeline:
             rec = self.turn(event.turn_id)
             if event.reason == "rejected_noise":
                 rec.status, rec.rejected = "rejected_noise", dict(event.data)
+            elif event.reason == "retracted":  # the transcript took the commit back
+                rec.retractions.append(event.t_ms)
             elif event.reason == "idle_prompt":
                 rec.status = rec.initiated = "idle_prompt"
             else:  # a sound over the reply that it talked on after

@@ -4,7 +4,8 @@
 
 * ``endpointing``: delay p50/p95 (``eot_decided − user_speech_end``, the caller's own audio),
   false cut-offs (utterances the runtime decided over while the caller went on within 1 s) and
-  their rate over the caller's utterances, and those inside numbers read out.
+  their rate over the caller's utterances, those inside numbers read out, and the decisions the
+  transcript took back before the caller went on (``retracted``, not cut-offs).
 * ``speculation``: speculative drafts, hit rate (kept or extended / speculative), ms saved by
   the kept ones (p50/p95), LLM calls per caller turn (every request: speculative drafts and tool
   steps too) and the wasted ones, tokens and tool runs wasted, unconfirmed words spoken.
@@ -31,7 +32,8 @@ def endpointing_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
                          "n": sum(len(e["delays_ms"]) for e in eps)},
             "utterances": utt, "false_cutoffs": cut,
             "false_cutoff_rate": round(cut / utt, 4) if utt else None,
-            "false_cutoffs_in_numbers": sum(e["cut_off_in_numbers"] for e in eps)}
+            "false_cutoffs_in_numbers": sum(e["cut_off_in_numbers"] for e in eps),
+            "retracted": sum(e.get("retracted", 0) for e in eps)}
 
 
 def speculation_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
