@@ -149,7 +149,10 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     heard_words: list[int] = []
     recoveries = [0]
 
+    audit = SpeculationAudit()
+
     def on_event(ev) -> None:
+        audit(ev)
         if isinstance(ev, AgentSpeech):
             heard_words.append(len(ev.heard_text.split()))
         elif isinstance(ev, Recovery):
@@ -158,8 +161,6 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
             tools.append({"name": ev.data.get("name"), "args": ev.data.get("args"), "turn_id": ev.turn_id})
 
     bus.subscribe(on_event)
-    audit = SpeculationAudit()
-    bus.subscribe(audit)
     session = Session(st, stack, agent, ctx, policy=policy, recovery=recovery, filler=filler,
                       preemptive=preemptive)
     greets = greeting and agent.greeting is not None
