@@ -85,7 +85,8 @@ class TranscriptEvent:
 @dataclass(frozen=True, slots=True)
 class TurnDecision:
     """The runtime's decision about who has the floor. Committed (the caller's turn is over):
-    ``reason`` is ``"model"`` / ``"model+transcript"`` (end-of-turn model), ``"timeout"``
+    ``reason`` is ``"model"`` / ``"model+transcript"`` (end-of-turn model), ``"transcript"``
+    (the words alone: :mod:`rejoinder.turns`), ``"timeout"``
     (silence fallback) or ``"promoted"``. Not committed: the agent talks on after a sound over
     its reply (``"backchannel"``, ``"non_speech"``, ``"unclear"``; on the reply's turn), the
     caller's turn was only noise and gets no reply (``"rejected_noise"``), the transcript took
