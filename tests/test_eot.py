@@ -73,8 +73,11 @@ def test_no_model_only_end_while_a_number_is_read_out():
     # not at the short pause and not after pause_ms either
     assert t.eot_result(1, 0.97, 1846) == []
     assert t.tick(1900) == [] and t.state is State.USER_PAUSED
+    # while this pause's transcript is late, the digit hold applies, not the 900 ms timeout
+    assert t.next_deadline() == 1700 + TurnPolicy().digit_hold_ms
+    assert t.tick(1700 + 900) == []
     # the transcript shows the whole number: the turn ends at once
-    assert t.transcript_result(1, True, False, 2000, number_complete=True) == [
+    assert t.transcript_result(1, True, False, 2700, number_complete=True) == [
         Commit(1, "model", 0.97, 1700)]
 
 

@@ -34,7 +34,9 @@ Policy (defaults in :class:`TurnPolicy`):
     ``"transcript"``); only a model verdict below ``eot_text_threshold`` vetoes it;
   - otherwise after ``silence_timeout_ms`` of silence (the fallback recommended for Smart Turn,
     which calls many mid-sentence pauses complete on read speech — MODELS.md), or
-    ``digit_hold_ms`` when the transcript ends in a number still being read out.
+    ``digit_hold_ms`` when the transcript ends in a number still being read out — or when this
+    pause's transcript has not come yet and the turn's last one did (a slow STT on a loaded CPU
+    must not turn the digit hold into the shorter timeout).
 
   A commit made on the model alone is taken back when the transcript then shows the caller is
   not done (a *dangling* ending such as "and" or "my", or an open number): the reply waits for
@@ -417,9 +419,16 @@ class TurnTaker:
             return self._idle(now)
         return []
 
+    def _limit(self) -> float:
+        """The silence timeout of this pause: ``digit_hold_ms`` while a number is being read out
+        (this pause's transcript ends in one, or it has not come yet and the last one did)."""
+        if self._ends_in_digit or (self._dictating and not self._text_known):
+            return self.policy.digit_hold_ms
+        return self.policy.silence_timeout_ms
+
     def _timeouts(self, now: float) -> list[Action]:
         if self.state is State.USER_PAUSED:
-            limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
+            limit = self._limit()
             if now - self.last_voiced_ms >= limit:
                 return self._commit("timeout", self._eot_prob if self._eot_prob is not None else 0.0)
         return []
@@ -427,8 +436,7 @@ class TurnTaker:
     def next_deadline(self) -> float | None:
         """When :meth:`tick` may next produce an action (ms), or None."""
         if self.state is State.USER_PAUSED:
-            limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
-            timeout = self.last_voiced_ms + limit
+            timeout = self.last_voiced_ms + self._limit()
             wait = self._model_wait()
             return timeout if wait is None else min(wait, timeout)
         wait = self._idle_wait()
