@@ -44,6 +44,8 @@ asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
 
 
 def summary(path: str) -> dict:
+    # the summary is this checkout's, whatever rejoinder the venv has installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
     from rejoinder.harness.eotsummary import eot_summary
     from rejoinder.harness.stats import percentiles
     rows = [json.loads(x) for x in open(path)]
