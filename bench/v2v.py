@@ -4,7 +4,11 @@ with the LLM writing every reply, one call at a time.
 Runs the call ``--runs`` times (default 10) in one process on the embedded stack with the
 LLM-driven reference support agent (or ``--agent``) and prints, over all caller turns of all runs:
 V2V and time to answer p50/p95 (nearest rank), each critical-path segment's median contribution,
-the LLM's TTFT median, how often the expected tool was called, and the process's peak RSS.
+the LLM's TTFT median, how often the expected tool was called, and the process's peak RSS; and,
+against the caller's own audio, the endpointing delay p50/p95 and false cut-offs (the turn
+decided over while the caller went on within 1 s; rejoinder.callmetrics), what speculation
+bought and cost (hit rate, ms saved p50, LLM calls per turn; rejoinder.speculation) and the
+longest silence the caller heard per turn (p95, all turns and tool turns).
 
     .venv/bin/python bench/v2v.py [--runs 10] [--agent SPEC] [--tts piper|espeak]
                                   [--llm smollm2|openai] [--json]
@@ -24,6 +28,7 @@ import psutil
 
 from rejoinder.cli import BUNDLED_CALL
 from rejoinder.config import load_config
+from rejoinder.harness.eotsummary import eot_summary
 from rejoinder.harness.expect import evaluate
 from rejoinder.harness.stats import percentiles
 from rejoinder.runtime import Runtime, load_caller
@@ -42,8 +47,12 @@ async def main(runs: int, agent: str | None, tts: str | None, llm: str | None) -
     unmeasured = 0
     ok = 0
     causes: dict[str, int] = {}
+    calls: list[dict] = []
     for i in range(runs):
         res = await runtime.call(turns, caller_phone=phone, tail_ms=sc.tail_ms)
+        calls.append({"extra": {"endpointing": res.endpointing_metrics(),
+                                "speculation": res.speculation_metrics(),
+                                "silence": res.silence_metrics()}})
         verdict = evaluate(sc, res, res.caller.truth, res.caller.cues)
         ok += verdict.success
         for c in verdict.causes:
@@ -74,6 +83,7 @@ async def main(runs: int, agent: str | None, tts: str | None, llm: str | None) -
                               for k, v in segs.items()},
         "task_success": f"{ok}/{runs}", "failure_causes": causes,
         "rss_peak_mb": round(peak_rss / 2**20, 1),
+        **eot_summary(calls),
     }
 
 
@@ -98,3 +108,12 @@ if __name__ == "__main__":
               f"{out['failure_causes'] or ''}; peak RSS {out['rss_peak_mb']:.0f} MB")
         for k, val in out["segment_median_ms"].items():
             print(f"  {k:14s} median {val:7.1f} ms")
+        ep, sp, si = out["endpointing"], out["speculation"], out["silence"]
+        print(f"  endpointing delay p50 {ep['delay_ms']['p50']} ms p95 {ep['delay_ms']['p95']} ms; "
+              f"false cut-offs {ep['false_cutoffs']}/{ep['utterances']} utterances "
+              f"({ep['false_cutoffs_in_numbers']} inside numbers)")
+        print(f"  speculation: {sp['speculative']} drafts, hit rate {sp['hit_rate']}, saved p50 "
+              f"{sp['saved_ms']['p50']} ms; LLM calls per turn {sp['llm_calls_per_turn']} "
+              f"(wasted {sp['wasted_llm_calls_per_turn']}); unconfirmed words {sp['unconfirmed_words']}")
+        print(f"  longest silence p95 {si['longest_silence_ms']['p95']} ms, tool turns "
+              f"{si['tool_turns_longest_silence_ms']['p95']} ms (n {si['tool_turns_longest_silence_ms']['n']})")

@@ -64,6 +64,26 @@ def voiced_span(pcm: np.ndarray, level: int = 328, block: int = 160) -> tuple[in
     return (first, last)
 
 
+def voiced_runs(pcm: np.ndarray, level: int = 328, block: int = 160,
+                min_gap_ms: float = 60.0) -> list[tuple[float, float]]:
+    """Voiced runs of int16 ``pcm`` as (start_ms, end_ms) from its first sample, at ``block``
+    resolution (10 ms): blocks whose peak ≥ ``level``, joined across gaps < ``min_gap_ms``."""
+    n = len(pcm) // block * block
+    if n == 0:
+        return []
+    peaks = np.abs(pcm[:n].reshape(-1, block).astype(np.int32)).max(axis=1)
+    idx = np.flatnonzero(peaks >= level)
+    ms = 1000.0 * block / RATE
+    runs: list[list[float]] = []
+    for i in idx:
+        a = i * ms
+        if runs and a - runs[-1][1] < min_gap_ms:
+            runs[-1][1] = a + ms
+        else:
+            runs.append([a, a + ms])
+    return [(a, b) for a, b in runs]
+
+
 async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
     """Render every turn's segments to one int16 16 kHz array each.
 
@@ -147,6 +167,10 @@ class SimulatedCaller:
         self.truth: list[tuple[int, float, float]] = []  # (caller turn index, start_ms, end_ms)
         self.heard_ms = 0.0
         self.heard_onsets: list[float] = []
+        # voiced agent audio as heard, [start, end] ms (20 ms resolution at the end)
+        self.heard_runs: list[list[float]] = []
+        # the caller's own voiced runs: (turn index, start_ms, end_ms), gaps ≥ 60 ms split them
+        self.speech_runs: list[tuple[int, float, float]] = []
         self.cues: list[dict] = []  # {"turn", "cue", "at_ms", "missed"}
         self._heard_prev = False
         self.cpu_s = 0.0
@@ -192,6 +216,8 @@ class SimulatedCaller:
                 a, b = self._cur.voiced
                 if b > a and self._cur.spec.kind != "noise":  # dead air and noise are no utterance
                     self.truth.append((self.next_turn, now + 1000.0 * a / RATE, now + 1000.0 * b / RATE))
+                    self.speech_runs += [(self.next_turn, now + x, now + y)
+                                         for x, y in voiced_runs(self._cur.pcm, self.level)]
                 self.cues.append({"turn": self.next_turn, "cue": cue, "at_ms": now,
                                   "missed": cue == "timeout"})
                 self.next_turn += 1
@@ -240,7 +266,10 @@ class SimulatedCaller:
             if not self._heard_prev:
                 first = int(np.argmax(np.abs(frame.astype(np.int32)) >= self.level))
                 self.heard_onsets.append(now + 1000.0 * first / RATE)
+                self.heard_runs.append([now + 1000.0 * first / RATE, now + 20.0])
                 self._heard_prev = True
+            else:
+                self.heard_runs[-1][1] = now + 20.0
             if self._agent_first_heard is None:
                 self._agent_first_heard = now
             self._agent_last_heard = now + 20.0

@@ -24,8 +24,10 @@ from .pacing import STOP, shared_pacer, uses_shared_pacer
 from .recording import WavWriter
 from .agent import Agent
 from .reply import FillerPolicy, RecoveryPolicy
+from .callmetrics import endpointing_metrics, longest_silences
 from .livesession import LiveSession
 from .session import Stack
+from .speculation import SpeculationAudit, speculation_metrics
 from .tools import CallContext
 from .stages import Stamper
 from .timeline import CallTranscript, Timeline, TurnRecord
@@ -56,6 +58,28 @@ class CallResult:
     hangup: str | None = None  # why the agent ended the call itself (None: the caller did)
     transfer: dict[str, Any] | None = None  # {turn_id, target, reason, confirmed}: transferred
     clock_origin_s: float | None = None  # the call clock's t = 0 on perf_counter (s), if real
+    unconfirmed_words: int = 0  # LLM words handed to TTS before their turn was decided over
+
+    def endpointing_metrics(self) -> dict[str, Any] | None:
+        """Endpointing delays and false cut-offs against the caller's own audio
+        (:func:`rejoinder.callmetrics.endpointing_metrics`); None without a simulated caller."""
+        runs = getattr(self.caller, "speech_runs", None)
+        if runs is None:
+            return None
+        return endpointing_metrics(self.turns, runs, self.caller.truth)
+
+    def silence_metrics(self) -> list[dict[str, Any]] | None:
+        """The longest silence the caller heard in each answered turn (ms;
+        :func:`rejoinder.callmetrics.longest_silences`)."""
+        runs = getattr(self.caller, "heard_runs", None)
+        if runs is None:
+            return None
+        return longest_silences(self.turns, runs, self.duration_ms)
+
+    def speculation_metrics(self) -> dict[str, Any]:
+        """What speculative drafts bought and cost in this call
+        (:func:`rejoinder.speculation.speculation_metrics`)."""
+        return speculation_metrics(self.turns, self.unconfirmed_words)
 
     def control_metrics(self) -> dict[str, Any]:
         """Conversation-control figures of this call (issue: barge-in, recovery)."""
@@ -128,7 +152,10 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     heard_words: list[int] = []
     recoveries = [0]
 
+    audit = SpeculationAudit()
+
     def on_event(ev) -> None:
+        audit(ev)
         if isinstance(ev, AgentSpeech):
             heard_words.append(len(ev.heard_text.split()))
         elif isinstance(ev, Recovery):
@@ -199,7 +226,8 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
                       over.episodes, session.playout.overlaps, unheard, recoveries[0], caller,
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
                       hangup=session.hangup, transfer=session.transfer,
-                      clock_origin_s=(clock.origin_ns / 1e9 if isinstance(clock, RealClock) else None))
+                      clock_origin_s=(clock.origin_ns / 1e9 if isinstance(clock, RealClock) else None),
+                      unconfirmed_words=audit.unconfirmed_words)
 
 
 class Overtalk:

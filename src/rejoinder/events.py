@@ -86,11 +86,14 @@ class TranscriptEvent:
 @dataclass(frozen=True, slots=True)
 class TurnDecision:
     """The runtime's decision about who has the floor. Committed (the caller's turn is over):
-    ``reason`` is ``"model"`` / ``"model+transcript"`` (end-of-turn model), ``"timeout"``
+    ``reason`` is ``"model"`` / ``"model+transcript"`` (end-of-turn model), ``"transcript"``
+    (the words alone: :mod:`rejoinder.turns`), ``"timeout"``
     (silence fallback) or ``"promoted"``. Not committed: the agent talks on after a sound over
     its reply (``"backchannel"``, ``"non_speech"``, ``"unclear"``; on the reply's turn), the
-    caller's turn was only noise and gets no reply (``"rejected_noise"``), or the agent takes
-    the floor on its own (``"idle_prompt"``: an idle reprompt or goodbye). ``data`` holds
+    caller's turn was only noise and gets no reply (``"rejected_noise"``), the transcript took
+    a commit back before anything was said (``"retracted"``; ``data["why"]``: ``digit_hold``,
+    ``incomplete``), or the agent takes the floor on its own (``"idle_prompt"``: an idle
+    reprompt or goodbye). ``data`` holds
     details: the transcript and the recogniser's confidence, the text said."""
 
     committed: bool
@@ -216,8 +219,30 @@ class CallEnd:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """The fate of one speculative (preemptive) draft of ``turn_id`` (:mod:`rejoinder.speculation`):
+    ``outcome`` ``"kept"``, ``"extended"`` (the final transcript only added courtesy words) or
+    ``"discarded"`` (``reason``: ``transcript_changed``, ``reopen``, ``noise``, ``barge_in`` …);
+    ``saved_ms`` how much sooner a kept draft's first text was ready than without it; what it
+    cost: ``llm_requests``, ``tokens`` (text deltas) and ``tool_runs`` (reversible, compensated
+    when discarded); ``started_ms`` when it started, ``t_ms`` when it was decided."""
+
+    outcome: str
+    reason: str
+    saved_ms: float
+    llm_requests: int
+    tokens: int
+    tool_runs: int
+    started_ms: float
+    t_ms: float
+    call_id: str
+    turn_id: int
+
+
 Event = Union[Boundary, VadChange, TranscriptEvent, TurnDecision, LlmToken, ToolCallEvent,
-              SpeakableText, AgentSpeech, ErrorEvent, Recovery, StepEntered, CallEnd]
+              SpeakableText, AgentSpeech, ErrorEvent, Recovery, StepEntered, CallEnd,
+              Speculation]
 EVENT_TYPES: tuple[type, ...] = get_args(Event)
 
 Observer = Callable[[Event], None]

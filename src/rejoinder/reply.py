@@ -48,14 +48,18 @@ from .text import SpeakableChunker, SpeechNormalizer, normalize_for_speech
 class Say:
     """Text for the speech side. ``source`` tells who wrote it: ``"llm"``, or words the runtime
     says on its own (``"greeting"``, ``"filler"``, ``"recovery"``, ``"idle"``). ``flush`` ends the
-    current chunk (a tool round is coming: speak what is pending now). ``step``: the index of the
-    LLM step that wrote it (:class:`rejoinder.conversation.Step`), so that what the caller heard
-    goes back to the step that wrote it."""
+    current chunk (a tool round is coming: speak what is pending now); ``wait_ms`` is then the
+    round's expected duration (the tools' declared or observed latency, :meth:`Tool.expected_ms`),
+    written at ``at_ms`` (call clock, ms) — what the speech side's filler policy decides on.
+    ``step``: the index of the LLM step that wrote it (:class:`rejoinder.conversation.Step`), so
+    that what the caller heard goes back to the step that wrote it."""
 
     text: str
     source: str = "llm"
     flush: bool = False
     step: int = 0
+    wait_ms: float = 0.0  # with flush: the tool round coming is expected to take this long
+    at_ms: float = 0.0    # when the item was written (call clock)
 
 
 class RecoveryPolicy(BaseModel):
@@ -81,14 +85,26 @@ class RecoveryPolicy(BaseModel):
 
 
 class FillerPolicy(BaseModel):
-    """Words the runtime may say on its own while the LLM's answer is not ready (e.g. during a
-    slow tool call). Off by default: a filler is not the answer, so the timeline marks it
-    (``source="filler"``) and each turn reports both V2V and time to answer."""
+    """Words the runtime may say on its own while the LLM's answer is not ready. A filler is
+    not the answer, so the timeline marks it (``source="filler"``) and each turn reports both
+    V2V and time to answer. Two declared policies:
+
+    * ``tools`` (on): when the LLM calls tools whose round is expected to take at least
+      ``tool_wait_ms`` more (each tool's declared ``latency_ms``, else the median of its
+      observed runs: :meth:`rejoinder.tools.Tool.expected_ms`), say a filler before waiting —
+      never for a tool that is known to be quick, nor one whose round is already over when the
+      reply gets there (a preemptive draft ran it);
+    * ``enabled`` (off): a filler whenever no speakable text has come ``after_ms`` after the
+      reply started, whatever the cause."""
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = False
     after_ms: float = Field(700.0, gt=0, description="say a filler when the LLM has produced no "
                             "speakable text this long after the reply started")
+    tools: bool = Field(True, description="say a filler before a tool round expected to take "
+                        "at least tool_wait_ms")
+    tool_wait_ms: float = Field(600.0, gt=0, description="expected remaining tool wait (ms) "
+                                "that calls for a filler")
     phrases: tuple[str, ...] = ("One moment.",)
 
 
@@ -180,7 +196,14 @@ class Reply:
         """Chunk the text as it arrives; a change of source or step (or a flush) ends the chunk."""
         chunker, source, step = SpeakableChunker(), "llm", 0
         try:
+            filled = False
             async for item in (self._with_filler(items) if self.filler.enabled else items):
+                if item.flush and not filled and self._long_wait(item):
+                    filled = True  # once per reply: the caller knows the agent is on it
+                    for chunk in chunker.flush():
+                        queue.put_nowait((chunk, source, step))
+                    queue.put_nowait((self.filler.phrases[0], "filler", step))
+                    source = "filler"
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):
                     for chunk in chunker.flush():
                         queue.put_nowait((chunk, source, step))
@@ -193,6 +216,12 @@ class Reply:
                 queue.put_nowait((chunk, source, step))
         finally:
             queue.put_nowait(None)
+
+    def _long_wait(self, item: "Say") -> bool:
+        """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more."""
+        if not self.filler.tools or item.wait_ms <= 0:
+            return False
+        return item.at_ms + item.wait_ms - self.st.now() >= self.filler.tool_wait_ms
 
     async def _with_filler(self, items: AsyncIterable["Say"]):
         """``items``, with a filler phrase inserted when no text has come ``filler.after_ms``

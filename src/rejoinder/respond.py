@@ -89,6 +89,13 @@ class Draft:
         self.policy = recovery
         self.steps: list[Step] = []
         self.done = False
+        # the speculation record (rejoinder.speculation): cost and first text of this draft
+        self.speculative = tentative
+        self.parked = False  # a tentative draft kept while the next pause's transcript comes
+        self.started_ms = conv.st.now()
+        self.first_text_ms: float | None = None
+        self.llm_requests = 0
+        self.tokens = 0
         self.task: asyncio.Task | None = None  # set by the session that runs it
         self._tool_tasks: list[asyncio.Task] = []
         self._items: list[Say] = []
@@ -147,6 +154,8 @@ class Draft:
     def _put(self, item: Say) -> None:
         if self.steps:  # attributed to the step being written
             item = replace(item, step=len(self.steps) - 1)
+        if self.first_text_ms is None and item.text.strip():
+            self.first_text_ms = self.conv.st.now()
         self._items.append(item)
         self._wake.set()
 
@@ -195,10 +204,11 @@ class Draft:
                                      final=k == max_steps - 1 or self.ending is not None)
             if not calls:
                 break
-            self._put(Say("", flush=True))
+            tools = [self.pos.agent.tools.get(c.name) for c in calls]
+            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
+            self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now()))
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
-            for call in calls:
-                tool = self.pos.agent.tools.get(call.name)
+            for call, tool in zip(calls, tools):
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
                     done = next((r for r in self.prior if r.call.name == call.name
@@ -223,7 +233,10 @@ class Draft:
                 # a tool that outlives its reply still reaches the context
                 task.add_done_callback(lambda t, step=step: t.cancelled() or t.exception()
                                        or step.runs.append(t.result()))
+                t0 = self.conv.st.now()
                 run = await asyncio.shield(task)
+                if tool is not None:
+                    tool.observe(self.conv.st.now() - t0)
                 pending.append(run.message())
                 self._after_run(run)
         if self.ending is not None:
@@ -247,6 +260,7 @@ class Draft:
                 max_tokens=max(8, request.max_tokens - len(step.text) // 4))
             pace = _Pace(self.policy, st.now())
             try:
+                self.llm_requests += 1
                 stream = timed_llm(st, self.turn_id, self.llm, req)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
                                          pace.stall_ms, "llm",
@@ -266,6 +280,7 @@ class Draft:
                         if not delta:
                             continue
                     step.text += delta
+                    self.tokens += 1
                     st.emit(LlmToken(delta, st.now(), st.call_id, self.turn_id))
                     self._put(Say(delta))
                 return calls

@@ -30,6 +30,7 @@ from .agent import Agent
 from .audio_io import resample
 from .audioring import AudioRing
 from .clock import wait_within
+from .completeness import read_transcript, text_complete  # noqa: F401 — text_complete re-exported
 from .conversation import Conversation, Step, undo_runs
 from .dictation import dictated_digits, number_open
 from .ending import CallEnder
@@ -39,6 +40,7 @@ from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply, Say
 from .respond import Draft
+from .speculation import same_request, speculation_event
 from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
 from .stages import Stamper, timed_stt
 from .tools import CallContext
@@ -54,32 +56,13 @@ AUDIO_GAP_MS = 500.0   # no caller frame for this long: the line is treated as s
 GAP_HOLDBACK_MS = 200.0  # silence is filled in only up to this long before now (late frames)
 AUDIO_RING_S = 32.0  # caller audio kept in memory (s): a turn longer than this keeps its end
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
+RETRACTIONS = ("digit_hold", "incomplete")  # CancelReply reasons that take a commit back
 
 
 def number_incomplete(text: str) -> bool:
     """True when ``text`` ends in a number still being read out, with the default number
     formats and no context (:func:`rejoinder.dictation.number_open`)."""
     return number_open(text)
-
-
-_CLOSED_PHRASES = {"hello", "hi", "hey", "yes", "no", "yeah", "nope", "thanks", "thank you",
-                   "okay", "ok", "bye", "goodbye", "that's all", "that's it", "sure", "correct"}
-
-
-def text_complete(text: str) -> bool:
-    """True when a transcript reads as a finished utterance: it ends with terminal punctuation
-    (Whisper punctuates) but not an ellipsis or a dangling word like "and"/"the", or it is a
-    closed phrase such as "hello" or "thank you"."""
-    t = text.strip().lower()
-    if not t:
-        return False
-    bare = t.rstrip(".!?, ")
-    if bare in _CLOSED_PHRASES:
-        return True
-    if t.endswith(("...", "…")) or not t.endswith((".", "!", "?")):
-        return False
-    last = bare.split()[-1] if bare.split() else ""
-    return last not in {"and", "or", "but", "the", "a", "an", "to", "is", "my", "of", "for", "uh", "um"}
 
 
 @dataclass
@@ -126,7 +109,7 @@ class Session:
         self.taker = TurnTaker(self.policy)
         p = self.policy
         self.tracker = VadTracker(stack.vad, threshold=p.vad_threshold, neg_threshold=p.vad_neg_threshold,
-                                  min_speech_ms=p.min_speech_ms, pause_ms=p.pause_ms,
+                                  min_speech_ms=p.min_speech_ms, pause_ms=p.early_pause_ms,
                                   reset_after_ms=p.vad_reset_ms)
         self.tracker.on_signals = self._on_vad_later
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
@@ -260,8 +243,10 @@ class Session:
 
     def _perform(self, actions: list) -> None:
         for a in actions:
-            if isinstance(a, (Speculate, CancelReply)):  # the tentative transcript is stale
-                self._discard_draft(a.turn_id)
+            if isinstance(a, Speculate):  # kept until the new transcript says if it still fits
+                self._park_draft(a.turn_id)
+            elif isinstance(a, CancelReply):  # the tentative transcript is stale
+                self._discard_draft(a.turn_id, a.reason)
             if isinstance(a, OpenTurn):
                 self._prune(a.turn_id)
                 self._run(a.turn_id).onset_ms = a.onset_ms
@@ -282,6 +267,8 @@ class Session:
                 self._run(a.turn_id).reply_task = self._spawn(self._reply(a.turn_id), a.turn_id, "reply")
             elif isinstance(a, CancelReply):
                 self._cancel_reply(a.turn_id, a.reason)
+                if a.reason in RETRACTIONS:
+                    self._retracted(a.turn_id, a.reason)
             elif isinstance(a, Hold):
                 self.playout.hold(self.st.now())  # stop talking over the caller at once
             elif isinstance(a, Resume):
@@ -310,6 +297,12 @@ class Session:
         for tid, run in list(self.turns.items()):
             if tid < current and run.speaking is None and not run.busy():
                 del self.turns[tid]
+
+    def _retracted(self, turn_id: int, why: str) -> None:
+        """The transcript took a commit back (a number still read out, a dangling ending):
+        marked on the timeline (:mod:`rejoinder.callmetrics` tells it from a false cut-off)."""
+        self.st.emit(TurnDecision(False, 0.0, "retracted", self.st.now(), self.st.call_id, turn_id,
+                                  {"why": why}))
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         run = self._run(turn_id)
@@ -347,11 +340,15 @@ class Session:
                 held = True  # more speech, fewer words: the STT dropped the digits; keep holding
             run.heard = (end_ms, heard, held)
             noise = noise_verdict(heard, self.policy.sounds)
+            r = read_transcript(text, number_open=held,
+                                number_complete=not held and dictated_digits(text) >= 3)
+            self._settle_parked(turn_id, text, fits=not held and noise is None)
             self._perform(self.taker.transcript_result(
-                turn_id, text_complete(text), held, self.st.now(), question=text.endswith("?"),
-                noise=noise, number_complete=not held and dictated_digits(text) >= 3))
+                turn_id, r.complete, held, self.st.now(), question=r.question, noise=noise,
+                number_complete=r.number_complete, dangling=r.dangling))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.preemptive and text and not held and noise is None):  # no draft for noise
+                    and self.preemptive and text and not held and noise is None  # not on noise
+                    and not r.dangling and run.draft is None):
                 self._start_draft(turn_id, text, tentative=True)
         return text
 
@@ -431,10 +428,11 @@ class Session:
         run.reply_task = self._spawn(self._speak(turn_id, draft.items(), None, draft.steps, draft),
                                      turn_id, "reply")
 
-    def _discard_draft(self, turn_id: int) -> None:
+    def _discard_draft(self, turn_id: int, reason: str = "discarded") -> None:
         """Stop the turn's draft. A tentative draft's reversible tools are compensated; a
         confirmed draft's tool runs really happened, so they are kept for the turn's next draft
-        (:attr:`TurnRun.done_runs`): never redone, and told to the LLM once."""
+        (:attr:`TurnRun.done_runs`): never redone, and told to the LLM once. A tentative draft's
+        speculation is recorded as discarded for ``reason`` (:mod:`rejoinder.speculation`)."""
         turn = self.turns.get(turn_id)
         draft = turn.draft if turn else None
         if draft is None:
@@ -442,6 +440,8 @@ class Session:
         turn.draft = None
         draft.task.cancel()
         tentative = draft.tentative
+        if tentative:
+            self.st.emit(speculation_event(draft, "discarded", reason, self.st.now()))
 
         async def settle() -> None:
             await asyncio.gather(draft.task, return_exceptions=True)
@@ -457,6 +457,26 @@ class Session:
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
         return task
+
+    def _park_draft(self, turn_id: int) -> None:
+        """A new pause of the turn: a tentative draft keeps running until that pause's
+        transcript says whether it still answers the caller (:meth:`_settle_parked`)."""
+        turn = self.turns.get(turn_id)
+        draft = turn.draft if turn else None
+        if draft is not None and draft.tentative:
+            draft.parked = True
+        else:
+            self._discard_draft(turn_id, "new_pause")
+
+    def _settle_parked(self, turn_id: int, text: str, *, fits: bool) -> None:
+        turn = self.turns.get(turn_id)
+        draft = turn.draft if turn else None
+        if draft is None or not draft.parked:
+            return
+        if fits and same_request(draft.user_text, text):
+            draft.parked = False  # the caller only added courtesy words (or nothing)
+        else:
+            self._discard_draft(turn_id, "transcript_changed")
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         """Short caller sound over the agent ended: resume or barge in, judged on its duration,
@@ -543,15 +563,23 @@ class Session:
             acts = self.taker.hold_for_digits(turn_id, self.st.now())
             if acts:
                 self._run(turn_id).reply_task = None
+                self._retracted(turn_id, "digit_hold")
                 self._perform([a for a in acts if not isinstance(a, CancelReply)])
                 return
         if not text:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
         draft = self._run(turn_id).draft
-        if draft is not None and draft.user_text == text:
-            draft.confirm()  # adopt the preemptive draft: its text is spoken from now on
+        kept = same_request(draft.user_text, text) if draft is not None and draft.tentative else None
+        if kept:  # adopt the preemptive draft: its text is spoken from now on
+            draft.parked = False
+            self.st.emit(speculation_event(draft, kept, "final_transcript", self.st.now()))
+            draft.confirm()
+        elif draft is not None and not draft.tentative and draft.user_text == text:
+            pass  # already confirmed (a retried reply of the same words)
         else:
+            if draft is not None:
+                self._discard_draft(turn_id, "transcript_changed")
             draft = self._start_draft(turn_id, text, tentative=False)
         await self._speak(turn_id, draft.items(), text, draft.steps, draft)
 

@@ -39,9 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .events import (AgentSpeech, Boundary, CallEnd, ErrorEvent, Event, Recovery, StepEntered,
-                     ToolCallEvent,
-                     TranscriptEvent, TurnDecision, event_to_dict)
+from .events import (AgentSpeech, Boundary, CallEnd, ErrorEvent, Event, Recovery, Speculation,
+                     StepEntered, ToolCallEvent, TranscriptEvent, TurnDecision, event_to_dict)
 
 # boundaries whose latest stamp counts (a turn reopened or held for digits is decided again)
 _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "playback_end"})
@@ -79,6 +78,10 @@ class TurnRecord:
     initiated: str | None = None  # the agent spoke on its own (e.g. "idle_prompt"): no caller turn
     steps: list[dict[str, Any]] = field(default_factory=list)  # conversation steps entered
     call_end: dict[str, Any] | None = None  # the agent ended the call after this turn
+    llm_requests: int = 0  # every LLM request of the turn (speculative drafts and tool steps too)
+    speculation: list[dict[str, Any]] = field(default_factory=list)  # rejoinder.speculation
+    commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
+    retractions: list[float] = field(default_factory=list)  # commits the transcript took back
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -171,6 +174,10 @@ class TurnRecord:
             "call_end": self.call_end,
             "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
             "tool_decisions": self.tool_decisions,
+            "llm_requests": self.llm_requests,
+            "speculation": self.speculation,
+            "commits": [round(t, 3) for t in self.commits],
+            "retractions": [round(t, 3) for t in self.retractions],
         }
 
 
@@ -215,6 +222,8 @@ class Timeline:
             rec = self.turn(event.turn_id)
             if event.reason == "rejected_noise":
                 rec.status, rec.rejected = "rejected_noise", dict(event.data)
+            elif event.reason == "retracted":  # the transcript took the commit back
+                rec.retractions.append(event.t_ms)
             elif event.reason in ("idle_prompt", "follow_up"):  # the agent spoke on its own
                 rec.status = rec.initiated = event.reason
             elif event.reason == "reopen":  # the reply so far was dropped: its times are not
@@ -229,6 +238,12 @@ class Timeline:
             self.turn(event.turn_id).call_end = {
                 "kind": event.kind, "reason": event.reason, "target": event.target,
                 "status": event.status, "t_ms": round(event.t_ms, 3)}
+        elif isinstance(event, Speculation) and event.turn_id:
+            self.turn(event.turn_id).speculation.append(
+                {"outcome": event.outcome, "reason": event.reason, "saved_ms": event.saved_ms,
+                 "llm_requests": event.llm_requests, "tokens": event.tokens,
+                 "tool_runs": event.tool_runs, "started_ms": round(event.started_ms, 3),
+                 "decided_ms": round(event.t_ms, 3)})
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
             if event.interrupted and "playback_start" not in rec.stamps:
@@ -266,6 +281,10 @@ class Timeline:
             rec.llm_first_tokens.append(b.t_ms)
         elif b.name == "tool_decided":
             rec.tool_decisions.append({**b.data, "t_ms": round(b.t_ms, 3)})
+        elif b.name == "llm_request":
+            rec.llm_requests += 1
+        elif b.name == "eot_decided":
+            rec.commits.append(b.t_ms)
         elif b.name == "transcript_final":
             rec.transcript = str(b.data.get("text", ""))
         if b.estimated and b.name in rec.stamps and b.name not in rec.estimated:

@@ -116,7 +116,11 @@ class Tool:
                  description: str | None = None, reversible: bool = False,
                  timeout_s: float | None = 10.0,
                  compensate: Callable[..., Any] | None = None,
-                 examples: Iterable[str] = (), background: bool = False) -> None:
+                 examples: Iterable[str] = (), background: bool = False,
+                 latency_ms: float | None = None) -> None:
+        """``latency_ms``: how long one run is expected to take (ms), when known; else the
+        median of its last runs in this process (:meth:`expected_ms`). A runtime filler
+        (:class:`rejoinder.reply.FillerPolicy`) is said only when this wait is long."""
         if not callable(fn):
             raise ConfigError(f"tool {fn!r} is not callable")
         self.fn = fn
@@ -124,6 +128,8 @@ class Tool:
         self.reversible = bool(reversible)
         self.background = bool(background)
         self.timeout_s = timeout_s
+        self.latency_ms = latency_ms
+        self._observed: list[float] = []  # the last runs' durations (ms, call clock)
         if compensate is not None and not callable(compensate):
             raise ConfigError(f"tool {self.name!r}: compensate must be callable")
         if compensate is not None and not reversible:
@@ -162,6 +168,21 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, reversible={self.reversible})"
+
+    def observe(self, ms: float) -> None:
+        """Record one run's duration (ms); the last 32 are kept."""
+        self._observed.append(float(ms))
+        del self._observed[:-32]
+
+    def expected_ms(self) -> float | None:
+        """Expected duration of one run (ms): the declared ``latency_ms``, else the median of
+        the last observed runs (at least 3), else None."""
+        if self.latency_ms is not None:
+            return self.latency_ms
+        if len(self._observed) < 3:
+            return None
+        xs = sorted(self._observed)
+        return xs[len(xs) // 2]
 
     def parse(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validate the LLM's ``arguments``; returns them coerced to the declared types.
@@ -226,8 +247,10 @@ class Tool:
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
          timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
-         examples: Iterable[str] = (), background: bool = False) -> Any:
-    """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``.
+         examples: Iterable[str] = (), background: bool = False,
+         latency_ms: float | None = None) -> Any:
+    """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``;
+    ``latency_ms`` declares how long a run is expected to take (see :class:`Tool`).
 
     ``compensate(ctx, result, **args)`` undoes a reversible run (see the module docstring).
     ``examples`` are a few caller utterances that should make the LLM call this tool (kept as
@@ -239,7 +262,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
                     timeout_s=timeout_s, compensate=compensate, examples=examples,
-                    background=background)
+                    background=background, latency_ms=latency_ms)
     return wrap(fn) if fn is not None else wrap
 
 

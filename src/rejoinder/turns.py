@@ -14,15 +14,33 @@ States::
 
 Policy (defaults in :class:`TurnPolicy`):
 
-* A *pause* is ``pause_ms`` of VAD silence after speech. On a pause the session transcribes the
-  turn so far (speculatively) and asks the end-of-turn model.
-* The turn is committed when the end-of-turn model's probability ≥ ``eot_threshold`` while still
-  paused, or ≥ ``eot_text_threshold`` when the speculative transcript also reads as complete
-  (two weak signals agreeing), or unconditionally after ``silence_timeout_ms`` of silence (the fallback recommended for
-  Smart Turn, which calls many mid-sentence pauses complete on read speech — MODELS.md). A pause
-  in the middle of a number being read out is held open: when the committed turn's transcript
-  ends in a digit the session calls :meth:`TurnTaker.hold_for_digits`, which takes the commit
-  back and waits up to ``digit_hold_ms`` of silence.
+* The *first short pause* is ``early_pause_ms`` (96 ms) of VAD silence after speech. On it the
+  session transcribes the turn so far (speculatively) and asks the end-of-turn model, so both
+  answers come 64 ms sooner than at a 160 ms pause. (The VAD's own hangover, Silero's
+  probability decaying after the last word, comes on top: the harness measures from the caller's
+  last voiced sample.)
+* The turn is committed (:meth:`TurnTaker._settle`), strongest evidence first:
+
+  - the end-of-turn model's probability ≥ ``eot_confident`` (0.9): at once, at the short pause;
+    ≥ ``eot_threshold`` (0.5): once the silence reaches ``pause_ms`` (160 ms) or the transcript
+    reads complete (``"model"``) — but never on the model alone while the turn's last transcript
+    ended in a number still being read out (:mod:`rejoinder.dictation`);
+  - the speculative transcript reads complete (terminal punctuation, a closed phrase; not a
+    trailing "and"/"the", not mid-number: :mod:`rejoinder.completeness`) and the model's
+    probability ≥ ``eot_text_threshold``, or the transcript is *decisive* (ends with a question
+    mark or a whole number of an expected format), or the silence has reached ``pause_ms`` and
+    the model has not answered yet (it runs beside the STT and may come later on a loaded CPU)
+    — a complete transcript is then not held back by the model (``"model+transcript"`` /
+    ``"transcript"``); only a model verdict below ``eot_text_threshold`` vetoes it;
+  - otherwise after ``silence_timeout_ms`` of silence (the fallback recommended for Smart Turn,
+    which calls many mid-sentence pauses complete on read speech — MODELS.md), or
+    ``digit_hold_ms`` when the transcript ends in a number still being read out — or when this
+    pause's transcript has not come yet and the turn's last one did (a slow STT on a loaded CPU
+    must not turn the digit hold into the shorter timeout).
+
+  A commit made on the model alone is taken back when the transcript then shows the caller is
+  not done (a *dangling* ending such as "and" or "my", or an open number): the reply waits for
+  the transcript, so nothing has been said yet.
 * Speech that resumes before the reply is audible reopens the *same* turn (its reply is cancelled):
   two transcripts close together get one reply, never two.
   The same hold applies to a number still being read out in any grouping (a 3-3-4 phone number
@@ -89,8 +107,14 @@ class TurnPolicy(BaseModel):
                                  "(shorter clicks and bursts are ignored)")
     vad_reset_ms: float | None = Field(1000, gt=0, description="silence after which the VAD "
                                        "model's state is reset (None: never; rejoinder.vad)")
-    pause_ms: float = Field(160, ge=0, description="VAD silence that counts as a pause")
+    early_pause_ms: float = Field(96, ge=0, description="VAD silence (the first short pause) at "
+                                  "which the turn so far is transcribed and the end-of-turn model "
+                                  "asked")
+    pause_ms: float = Field(160, ge=0, description="silence after which the end-of-turn model "
+                            "alone (p ≥ eot_threshold) ends the turn")
     eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
+    eot_confident: float = Field(0.9, ge=0, le=1, description="end-of-turn probability that ends "
+                                 "the turn at the first short pause, without waiting for pause_ms")
     eot_text_threshold: float = Field(0.12, ge=0, le=1, description="lower probability that commits "
                                       "when the speculative transcript also reads as complete")
     silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
@@ -124,6 +148,9 @@ class TurnPolicy(BaseModel):
         if self.vad_neg_threshold > self.vad_threshold:
             raise ValueError(f"vad_neg_threshold ({self.vad_neg_threshold}) must not exceed "
                              f"vad_threshold ({self.vad_threshold})")
+        if self.early_pause_ms > self.pause_ms:
+            raise ValueError(f"early_pause_ms ({self.early_pause_ms}) must not exceed pause_ms "
+                             f"({self.pause_ms}): the first short pause comes first")
         return self
 
 
@@ -144,7 +171,7 @@ class Speculate:
 @dataclass(frozen=True, slots=True)
 class Commit:
     turn_id: int
-    reason: str  # "model" | "timeout" | "promoted"
+    reason: str  # "model" | "model+transcript" | "transcript" | "timeout" | "promoted"
     probability: float
     last_voiced_ms: float
 
@@ -202,7 +229,7 @@ class CheckBackchannel:
 @dataclass(frozen=True, slots=True)
 class CancelReply:
     turn_id: int
-    reason: str  # "reopen" | "barge_in"
+    reason: str  # "reopen" | "barge_in" | "digit_hold" | "incomplete" | "noise"
 
 
 Action = (OpenTurn | Speculate | Commit | CancelReply | Hold | Resume | CheckBackchannel | Reject
@@ -233,6 +260,10 @@ class TurnTaker:
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
         self._text_complete = False
         self._decisive = False
+        self._text_known = False  # the current pause's transcript has arrived
+        self._dangling = False  # ... and it ends mid-phrase ("and", "my", "…")
+        self._dictating = False  # the turn's last transcript ended in a number being read out
+        self._commit_reason: str | None = None
         self._noise: str | None = None  # the current pause's transcript is only noise
         self._idle_since: float | None = None  # when the caller's silence started to count
         self._reprompted = False  # a reprompt was said since the caller last took a turn
@@ -279,6 +310,8 @@ class TurnTaker:
         self._eot_prob = None
         self._text_complete = False
         self._decisive = False
+        self._text_known = False
+        self._dangling = False
         self._ends_in_digit = False
         self._noise = None
         return [Speculate(self.turn_id, last_voiced_ms)]
@@ -292,15 +325,18 @@ class TurnTaker:
 
     def transcript_result(self, turn_id: int, complete: bool, number_open: bool,
                           now: float, question: bool = False, noise: str | None = None,
-                          number_complete: bool = False) -> list[Action]:
+                          number_complete: bool = False, dangling: bool = False) -> list[Action]:
         """The speculative transcript of the current pause is ready: ``complete`` when it reads
         as a finished utterance (terminal punctuation, or a closed phrase such as "thank you");
         ``number_open`` when it ends in a number still being read out (holds the turn, taking
         back a commit whose reply is not audible yet); ``question`` when it ends with a question
         mark, ``number_complete`` when it ends in a whole number of an expected format ("order
         4217.": Smart Turn hears list intonation in digits read out) — with ``complete``, either
-        ends the turn whatever the model says; ``noise`` (a reason) when the turn so far is only
-        noise or a hallucination: if it ends here, it is rejected instead of committed."""
+        ends the turn whatever the model says, without waiting for it; ``dangling`` when it ends
+        mid-phrase ("… and", "my", an ellipsis: :func:`rejoinder.completeness.read_transcript`)
+        — no commit on the model alone, and one made already is taken back; ``noise`` (a reason)
+        when the turn so far is only noise or a hallucination: if it ends here, it is rejected
+        instead of committed."""
         if turn_id != self.turn_id:
             return []
         if self.state is State.THINKING:  # committed before the transcript came: reconsider
@@ -308,25 +344,59 @@ class TurnTaker:
                 self.state = State.LISTENING
                 return [CancelReply(turn_id, "noise"), Reject(turn_id, noise)]
             if number_open:
+                self._dictating = True
                 return self.hold_for_digits(turn_id, now)
+            if dangling and self._commit_reason == "model" and not self._dangling:
+                self.state = State.USER_PAUSED  # the model alone ended it; the words say not yet
+                self._dangling = True
+                self._text_known = True
+                return [CancelReply(turn_id, "incomplete"), *self.tick(now)]
             return []
         if self.state is not State.USER_PAUSED:
             return []
-        self._text_complete = complete and not number_open
+        self._text_known = True
+        self._text_complete = complete and not number_open and not dangling
         self._decisive = question or (number_complete and not number_open)
+        self._dangling = dangling and not number_open
         self._noise = noise
+        self._dictating = number_open
         if number_open:
             self._ends_in_digit = True
         return self._decide(now)
 
     def _decide(self, now: float) -> list[Action]:
-        p = self._eot_prob
-        if p is not None and not self._ends_in_digit:
-            if p >= self.policy.eot_threshold:
+        """Commit when the evidence so far is strong enough (module docstring), else apply the
+        silence timeouts."""
+        act = self._settle(now)
+        return act if act is not None else self._timeouts(now)
+
+    def _settle(self, now: float) -> list[Action] | None:
+        if self.state is not State.USER_PAUSED or self._ends_in_digit or self._dangling:
+            return None
+        pol, p = self.policy, self._eot_prob
+        if p is not None and p >= pol.eot_threshold:
+            if self._dictating and not self._text_known:
+                return None  # a number is being read out: wait for this pause's transcript
+            if (self._text_complete or p >= pol.eot_confident
+                    or now - self.last_voiced_ms >= pol.pause_ms):
                 return self._commit("model", p)
-            if self._text_complete and (p >= self.policy.eot_text_threshold or self._decisive):
-                return self._commit("model+transcript", p)
-        return self.tick(now)
+        if self._text_complete and self._decisive:
+            return self._commit("transcript" if p is None else "model+transcript",
+                                p if p is not None else 0.0)
+        if self._text_complete and p is not None and p >= pol.eot_text_threshold:
+            return self._commit("model+transcript", p)
+        if self._text_complete and p is None and now - self.last_voiced_ms >= pol.pause_ms:
+            return self._commit("transcript", 0.0)  # complete words, the model is late: go
+        return None
+
+    def _model_wait(self) -> float | None:
+        """When the model's pending verdict commits by itself (end of ``pause_ms``), or None."""
+        p = self._eot_prob
+        if (self.state is State.USER_PAUSED and p is not None and p >= self.policy.eot_threshold
+                and not self._ends_in_digit and not self._dangling
+                and not (self._dictating and not self._text_known)):
+            return self.last_voiced_ms + self.policy.pause_ms
+        return None
 
     def hold_for_digits(self, turn_id: int, now: float) -> list[Action]:
         """The committed turn's transcript ends in a digit (a number being read out): take the
@@ -338,20 +408,37 @@ class TurnTaker:
         return [CancelReply(turn_id, "digit_hold"), *self.tick(now)]
 
     def tick(self, now: float) -> list[Action]:
-        """Time passes: apply the silence timeout, and the idle reprompt / hang-up."""
+        """Time passes: the model's verdict after ``pause_ms``, the silence timeout, and the idle
+        reprompt / hang-up."""
         if self.state is State.USER_PAUSED:
-            limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
+            wait = self._model_wait()
+            if wait is not None and now >= wait:
+                return self._decide(now)
+            return self._timeouts(now)
+        if self.state is State.LISTENING and self._speech_since is None:
+            return self._idle(now)
+        return []
+
+    def _limit(self) -> float:
+        """The silence timeout of this pause: ``digit_hold_ms`` while a number is being read out
+        (this pause's transcript ends in one, or it has not come yet and the last one did)."""
+        if self._ends_in_digit or (self._dictating and not self._text_known):
+            return self.policy.digit_hold_ms
+        return self.policy.silence_timeout_ms
+
+    def _timeouts(self, now: float) -> list[Action]:
+        if self.state is State.USER_PAUSED:
+            limit = self._limit()
             if now - self.last_voiced_ms >= limit:
                 return self._commit("timeout", self._eot_prob if self._eot_prob is not None else 0.0)
-        elif self.state is State.LISTENING and self._speech_since is None:
-            return self._idle(now)
         return []
 
     def next_deadline(self) -> float | None:
         """When :meth:`tick` may next produce an action (ms), or None."""
         if self.state is State.USER_PAUSED:
-            limit = self.policy.digit_hold_ms if self._ends_in_digit else self.policy.silence_timeout_ms
-            return self.last_voiced_ms + limit
+            timeout = self.last_voiced_ms + self._limit()
+            wait = self._model_wait()
+            return timeout if wait is None else min(wait, timeout)
         wait = self._idle_wait()
         if self.state is State.LISTENING and wait is not None and self._idle_since is not None:
             return self._idle_since + wait
@@ -436,6 +523,8 @@ class TurnTaker:
         self.turn_id += 1
         self.state = State.USER_SPEAKING
         self._ends_in_digit = False
+        self._dictating = False
+        self._commit_reason = None
         return [OpenTurn(self.turn_id, at_ms)]
 
     def _commit(self, reason: str, probability: float) -> list[Action]:
@@ -443,6 +532,7 @@ class TurnTaker:
             self.state = State.LISTENING
             return [Reject(self.turn_id, self._noise)]
         self.state = State.THINKING
+        self._commit_reason = reason
         self._reprompted = False  # the caller took a turn: idle handling starts over
         return [Commit(self.turn_id, reason, probability, self.last_voiced_ms)]
 

@@ -44,6 +44,10 @@ def test_bench_json_summary_and_store(tmp_path, fake_agent):
         assert set(lv["stalls"]) >= {"count", "total_ms"}
         assert lv["task_success"]["alpha"]["rate"] == 1.0
         assert lv["resources"]["rss_peak_mb"] > 0
+        # end of turn against the callers' audio, speculation, longest silence (issue 18)
+        assert lv["endpointing"]["utterances"] >= 1 and lv["endpointing"]["delay_ms"]["n"] >= 1
+        assert lv["speculation"]["unconfirmed_words"] == 0 and lv["speculation"]["turns"] >= 1
+        assert lv["silence"]["longest_silence_ms"]["n"] >= 1
     assert out["capacity"]["factor"] == 1.5 and len(out["curve"]) == 3
     listed = json.loads(run("runs", "list", "--json", store=store).stdout)
     assert listed[0]["id"] == out["run_id"] and listed[0]["status"] == "finished" and listed[0]["n_calls"] == 12

@@ -166,6 +166,11 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
                           "control": res.control_metrics(),
                           "turn_taking": res.turn_taking_metrics(),
                           "clock_origin_s": getattr(res, "clock_origin_s", None)})
+        for key, fn in (("endpointing", "endpointing_metrics"), ("silence", "silence_metrics"),
+                        ("speculation", "speculation_metrics")):  # a remote agent may lack some
+            value = getattr(res, fn)() if hasattr(res, fn) else None
+            if value is not None:
+                rec["extra"][key] = value
         if verdict.skipped:
             rec["extra"]["skipped_checks"] = verdict.skipped
         if (talk := small_talk_counts(sc, verdict.failures, verdict.skipped)) is not None:

@@ -122,6 +122,10 @@ def print_turn_taking(summary: dict[str, Any]) -> None:
                   _f(d["p95"]), str(d["n"]))
     if rows:
         out.print(t)
+    from .eotsummary import eot_table
+    eot = eot_table(summary)
+    if eot is not None:
+        out.print(eot)
 
 
 def print_outcomes(summary: dict[str, Any]) -> None:

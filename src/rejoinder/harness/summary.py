@@ -17,6 +17,7 @@ from typing import Any
 
 from ..dictation import dictated_digits
 from ..timeline import SEGMENTS
+from .eotsummary import eot_summary
 from .stats import percentiles
 from .store import RunStore
 from .success import scenario_success, suite_success
@@ -68,6 +69,7 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
         **control_summary(calls),
         "turn_taking": turn_taking_summary(turns, calls),
+        **eot_summary(calls),
     }
     if stats:
         out["resources"] = {key: stats.get(key) for key in ("wall_s", "cpu_s", "cpu_pct", "cores",

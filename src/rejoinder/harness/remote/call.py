@@ -166,6 +166,8 @@ def _shift(caller: SimulatedCaller, t0: float) -> None:
     """The caller ran on its own timeline from 0; move its records onto the call clock."""
     caller.truth = [(i, s + t0, e + t0) for i, s, e in caller.truth]
     caller.heard_onsets = [x + t0 for x in caller.heard_onsets]
+    caller.speech_runs = [(i, s + t0, e + t0) for i, s, e in caller.speech_runs]
+    caller.heard_runs = [[s + t0, e + t0] for s, e in caller.heard_runs]
     for c in caller.cues:
         c["at_ms"] += t0
 

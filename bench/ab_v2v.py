@@ -1,0 +1,82 @@
+"""A/B benchmark: V2V of the bundled real-speech call for two source trees, interleaved.
+
+Each round runs ``--chunk`` calls of one tree, then of the other (a fresh process each, niced,
+``PYTHONPATH`` pointing at that tree), so both arms see the same machine load. Prints per arm
+V2V p50/p95, the segment medians, endpointing + transcription, and (for trees that have them)
+the end-of-turn, speculation and silence blocks (``rejoinder.harness.eotsummary``).
+
+    .venv/bin/python bench/ab_v2v.py --a /path/to/old/src --b src [--rounds 5] [--chunk 2]
+
+(e.g. ``git archive <commit> src | tar -x -C /tmp/base`` gives ``--a /tmp/base/src``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r'''
+import asyncio, json, sys
+from rejoinder.cli import BUNDLED_CALL
+from rejoinder.config import load_config
+from rejoinder.runtime import Runtime, load_caller
+async def main(n, out):
+    rt = Runtime(load_config(None)); await rt.warmup()
+    turns, phone, sc = await load_caller(BUNDLED_CALL)
+    with open(out, "a") as fh:
+        for _ in range(n):
+            res = await rt.call(turns, caller_phone=phone, tail_ms=sc.tail_ms)
+            for r in res.turns:
+                fh.write(json.dumps({"kind": "turn", "v2v": r.v2v_ms(), "segments": r.segments()}) + "\n")
+            call = {"kind": "call"}
+            for key, fn in (("endpointing", "endpointing_metrics"), ("speculation", "speculation_metrics"),
+                            ("silence", "silence_metrics")):
+                if hasattr(res, fn):
+                    call[key] = getattr(res, fn)()
+            fh.write(json.dumps(call) + "\n")
+asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
+'''
+
+
+def summary(path: str) -> dict:
+    # the summary is this checkout's, whatever rejoinder the venv has installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    from rejoinder.harness.eotsummary import eot_summary
+    from rejoinder.harness.stats import percentiles
+    rows = [json.loads(x) for x in open(path)]
+    turns = [r for r in rows if r["kind"] == "turn" and r["v2v"] is not None]
+    segs: dict[str, list[float]] = {}
+    for t in turns:
+        for k, v in (t["segments"] or {}).items():
+            segs.setdefault(k, []).append(v)
+    pad = lambda xs: xs + [0.0] * (len(turns) - len(xs))  # noqa: E731
+    calls = [r for r in rows if r["kind"] == "call"]
+    out = {"turns": len(turns), "v2v_ms": percentiles((t["v2v"] for t in turns), (50, 95)),
+           "segment_median_ms": {k: round(statistics.median(pad(v)), 1) for k, v in segs.items()},
+           "endpointing_plus_transcription_median_ms": round(statistics.median(
+               [t["segments"].get("endpointing", 0) + t["segments"].get("transcription", 0)
+                for t in turns]), 1) if turns else None}
+    if calls and "endpointing" in calls[0]:
+        out.update(eot_summary([{"extra": c} for c in calls]))
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", required=True, help="source tree A (the folder holding rejoinder/)")
+    ap.add_argument("--b", required=True, help="source tree B")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--chunk", type=int, default=2)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="ab_v2v-")
+    for _ in range(a.rounds):
+        for arm, src in (("a", a.a), ("b", a.b)):
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(src), "PYTHONDONTWRITEBYTECODE": "1"}
+            subprocess.run(["nice", "-n", "10", sys.executable, "-c", CHILD, str(a.chunk),
+                            os.path.join(tmp, f"{arm}.jsonl")], env=env, check=True, cwd=tmp)
+    print(json.dumps({arm: summary(os.path.join(tmp, f"{arm}.jsonl")) for arm in ("a", "b")}, indent=2))

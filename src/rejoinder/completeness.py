@@ -1,0 +1,89 @@
+"""Does a caller's transcript read as finished? The words' half of the end-of-turn decision.
+
+Smart Turn hears prosody; the speculative transcript (Whisper punctuates) tells what was said.
+:func:`read_transcript` sorts a transcript of the turn so far into what the turn-taking
+(:class:`rejoinder.turns.TurnTaker`) needs:
+
+* ``complete``: it ends with ``?`` or ``!``, or with ``.`` after a last word that needs no
+  continuation (not an ellipsis), or it is a closed phrase ("hello", "thank you", "that's all");
+* ``dangling``: it ends mid-phrase — a trailing conjunction, article, preposition, possessive or
+  hesitation ("… and", "my", "to", "uh") not closed by "?" or "!", a comma or an ellipsis: the caller is very likely to go
+  on, so the model alone must not end the turn;
+* ``question``: it ends with a question mark (decisive with ``complete``);
+* ``number_open`` / ``number_complete``: it ends in a number still being read out, or in a whole
+  one of an expected format (:mod:`rejoinder.dictation`; the session passes them in, with the
+  agent's last words and the caller's pauses as context).
+
+The word lists are English and small on purpose: each one is a word after which a finished
+utterance is rare in support calls, not a grammar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CLOSED_PHRASES = frozenset({
+    "hello", "hi", "hey", "yes", "no", "yeah", "nope", "thanks", "thank you", "okay", "ok", "bye",
+    "goodbye", "that's all", "that's it", "sure", "correct"})
+# a turn ending in one of these words is very likely to go on
+DANGLING_WORDS = frozenset({
+    "and", "or", "but", "because", "if", "the", "a", "an", "to", "of", "for", "with", "my", "your",
+    "our", "is", "uh", "um", "er"})
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How a transcript of the turn so far reads (see the module docstring)."""
+
+    complete: bool
+    dangling: bool
+    question: bool
+    number_open: bool = False
+    number_complete: bool = False
+
+    @property
+    def decisive(self) -> bool:
+        """Complete and ending in a question or a whole number: ends the turn by itself."""
+        return self.complete and (self.question or self.number_complete)
+
+
+def _last_word(text: str) -> str:
+    parts = text.strip().lower().rstrip(".!?,;: ").split()
+    return parts[-1] if parts else ""
+
+
+def text_complete(text: str) -> bool:
+    """True when ``text`` reads as a finished utterance: terminal punctuation (not an ellipsis)
+    and no dangling last word, or a closed phrase such as "hello" or "thank you"."""
+    t = text.strip().lower()
+    if not t:
+        return False
+    if t.rstrip(".!?, ") in CLOSED_PHRASES:
+        return True
+    if t.endswith(("...", "…")) or not t.endswith((".", "!", "?")):
+        return False
+    return t.endswith(("?", "!")) or _last_word(t) not in DANGLING_WORDS
+
+
+def dangling(text: str) -> bool:
+    """True when ``text`` ends mid-phrase: an ellipsis, a comma, or a last word from
+    :data:`DANGLING_WORDS` ("I'd like to check my", "4217 and")."""
+    t = text.strip().lower()
+    if not t or t.rstrip(".!?, ") in CLOSED_PHRASES:
+        return False
+    if t.endswith(("...", "…", ",", ";", ":")):
+        return True
+    if t.endswith(("?", "!")):  # "Who am I talking to?" is finished
+        return False
+    return _last_word(t) in DANGLING_WORDS
+
+
+def read_transcript(text: str, *, number_open: bool = False,
+                    number_complete: bool = False) -> Reading:
+    """:class:`Reading` of ``text`` (a speculative transcript of the turn so far). A number still
+    being read out is never complete nor dangling: it has its own hold (``digit_hold_ms``)."""
+    t = text.strip()
+    complete = text_complete(t) and not number_open
+    return Reading(complete=complete, dangling=dangling(t) and not number_open,
+                   question=t.endswith("?"), number_open=number_open,
+                   number_complete=number_complete and not number_open)

@@ -1,0 +1,305 @@
+"""End of turn at the first short pause, speculation records, false cut-offs and longest silence
+(issue 18, items 1–3): the pure decisions with exact times, then sessions on the virtual clock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rejoinder.agent import Agent
+from rejoinder.callmetrics import endpointing_metrics, longest_silences
+from rejoinder.callrun import run_call
+from rejoinder.clock import VirtualClock
+from rejoinder.completeness import read_transcript
+from rejoinder.events import EventBus, SpeakableText, Speculation
+from rejoinder.ports import ToolCall
+from rejoinder.speculation import same_request, saved_ms
+from rejoinder.timeline import TurnRecord
+from rejoinder.tools import tool
+from rejoinder.turns import CancelReply, Commit, Speculate, State, TurnPolicy, TurnTaker
+
+from fakes import ToolLog, lookup, scripted_agent, silence, tone
+from test_session import make_stack, turn
+
+
+# --- the decisions, exact times -----------------------------------------------------------------
+def paused(policy: TurnPolicy | None = None, *, end: float = 900, now: float = 996) -> TurnTaker:
+    t = TurnTaker(policy)
+    t.speech_onset(100, 164)
+    assert t.speech_pause(end, now) == [Speculate(1, end)]  # the first short pause (96 ms)
+    return t
+
+
+def test_a_confident_model_ends_the_turn_at_the_first_short_pause():
+    t = paused()
+    assert t.eot_result(1, 0.95, 1046) == [Commit(1, "model", 0.95, 900)]  # 146 ms after speech
+
+
+def test_a_moderately_sure_model_waits_for_pause_ms_unless_the_words_read_complete():
+    t = paused()
+    assert t.eot_result(1, 0.6, 1046) == []
+    assert t.next_deadline() == 900 + 160
+    assert t.tick(1059) == []
+    assert t.tick(1060) == [Commit(1, "model", 0.6, 900)]
+    # the same verdict with a complete transcript already in: no fixed wait
+    t = paused()
+    assert t.transcript_result(1, True, False, 1030) == []  # the model has not answered yet
+    assert t.eot_result(1, 0.6, 1046) == [Commit(1, "model", 0.6, 900)]
+
+
+def test_a_decisive_transcript_does_not_wait_for_the_model():
+    t = paused()
+    assert t.transcript_result(1, True, False, 1040, question=True) == [
+        Commit(1, "transcript", 0.0, 900)]
+    # complete words after pause_ms of silence do not wait for a late model either
+    t = paused()
+    assert t.transcript_result(1, True, False, 1059) == []
+    assert t.tick(1060) == [] and t.state is State.USER_PAUSED  # (a transcript decides, not time)
+    t = paused()
+    assert t.transcript_result(1, True, False, 1200) == [Commit(1, "transcript", 0.0, 900)]
+    # ... but a model that has answered "not done" (below eot_text_threshold) holds them back
+    t = paused()
+    t.eot_result(1, 0.05, 1046)
+    assert t.transcript_result(1, True, False, 1200) == []
+
+
+def test_no_model_only_end_while_a_number_is_read_out():
+    t = paused()
+    assert t.transcript_result(1, False, True, 1250) == []  # "4 2": open
+    assert t.eot_result(1, 0.97, 1260) == []
+    t.speech_onset(1300, 1364)  # the next digit
+    assert t.speech_pause(1700, 1796) == [Speculate(1, 1700)]
+    # the model is sure, but this pause's transcript is not in yet: no commit on the model alone,
+    # not at the short pause and not after pause_ms either
+    assert t.eot_result(1, 0.97, 1846) == []
+    assert t.tick(1900) == [] and t.state is State.USER_PAUSED
+    # while this pause's transcript is late, the digit hold applies, not the 900 ms timeout
+    assert t.next_deadline() == 1700 + TurnPolicy().digit_hold_ms
+    assert t.tick(1700 + 900) == []
+    # the transcript shows the whole number: the turn ends at once
+    assert t.transcript_result(1, True, False, 2700, number_complete=True) == [
+        Commit(1, "model", 0.97, 1700)]
+
+
+def test_a_dangling_transcript_takes_back_a_model_commit_and_waits():
+    t = paused()
+    assert t.eot_result(1, 0.95, 1046) == [Commit(1, "model", 0.95, 900)]
+    # "I'd like to check my": the caller is not done — nothing has been said yet
+    assert t.transcript_result(1, False, False, 1200, dangling=True) == [CancelReply(1, "incomplete")]
+    assert t.state is State.USER_PAUSED
+    assert t.eot_result(1, 0.95, 1250) == []  # a late verdict of the same pause changes nothing
+    assert t.next_deadline() == 900 + TurnPolicy().silence_timeout_ms
+    assert t.tick(1800) == [Commit(1, "timeout", 0.95, 900)]
+    # a commit made on the timeout is not taken back by the words
+    assert t.transcript_result(1, False, False, 1850, dangling=True) == []
+
+
+def test_early_pause_must_not_come_after_pause_ms():
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="early_pause_ms"):
+        TurnPolicy(early_pause_ms=200, pause_ms=160)
+
+
+@pytest.mark.parametrize("text,complete,dangling,decisive", [
+    ("Thank you.", True, False, False), ("Hello", True, False, False),
+    ("Where is my order?", True, False, True), ("Who am I talking to?", True, False, True),
+    ("I'd like to check my", False, True, False), ("My order and", False, True, False),
+    ("I want to check my order...", False, True, False), ("So, um,", False, True, False),
+    ("I was wondering", False, False, False), ("Hello,", True, False, False)])
+def test_transcript_reading(text, complete, dangling, decisive):
+    r = read_transcript(text)
+    assert (r.complete, r.dangling, r.decisive) == (complete, dangling, decisive)
+    # a number still read out is neither complete nor dangling: it has its own hold
+    assert read_transcript("4, 2,", number_open=True).dangling is False
+    assert read_transcript("Order 4217.", number_complete=True).decisive
+
+
+# --- false cut-offs and endpointing delay against the caller's audio ----------------------------
+def rec(turn_id: int, commits: list[float], *, end: float, transcript: str = "Hi.") -> TurnRecord:
+    r = TurnRecord(turn_id, stamps={"user_speech_end": end, "eot_decided": commits[-1],
+                                    "playback_start": commits[-1] + 400})
+    r.commits, r.transcript = commits, transcript
+    return r
+
+
+def test_false_cutoff_accounting():
+    truth = [(0, 1000, 2000), (1, 5000, 7500), (2, 10_000, 11_000)]
+    runs = [(0, 1000, 1400), (0, 1700, 2000),          # a 300 ms gap inside utterance 0
+            (1, 5000, 5500), (1, 6300, 7500),          # 800 ms gap: a digit group
+            (2, 10_000, 10_400), (2, 10_600, 11_000)]
+    turns = [rec(1, [1500, 2200], end=2000),            # decided in the gap, caller went on: cut
+             rec(2, [5600, 7650], end=7500, transcript="4 1 5 5 5 5 0 1 0 1."),  # inside a number
+             rec(3, [11_150], end=11_000)]              # decided after the end: right
+    m = endpointing_metrics(turns, runs, truth)
+    assert m["utterances"] == 3 and m["cut_off"] == 2 and m["cut_off_in_numbers"] == 1
+    assert m["delays_ms"] == [200, 150, 150]
+    # a decision the transcript took back before the caller went on is counted apart
+    held = rec(2, [5600, 7650], end=7500, transcript="4 1 5 5 5 5 0 1 0 1.")
+    held.retractions = [5900]
+    m = endpointing_metrics([turns[0], held, turns[2]], runs, truth)
+    assert (m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (1, 0, 1)
+    # going on only after more than 1 s is not a cut-off
+    late = [(0, 1000, 1400), (0, 2500, 3000)]
+    assert endpointing_metrics([rec(1, [1450, 3100], end=3000)], late,
+                               [(0, 1000, 3000)])["cut_off"] == 0
+
+
+def test_longest_silence_counts_the_wait_and_the_gaps_inside_the_reply():
+    r = TurnRecord(1, stamps={"user_speech_end": 1000, "playback_start": 1600, "playback_end": 4000})
+    r.tools = [{"name": "lookup_order"}]
+    heard = [[200, 800], [1600, 2000], [3100, 4000], [6000, 6500]]  # filler, 1.1 s gap, answer
+    assert longest_silences([r], heard, 7000) == [
+        {"turn_id": 1, "longest_silence_ms": 1100.0, "tools": True}]
+
+
+# --- the speculation record on the virtual clock ------------------------------------------------
+def specs(bus_events: list) -> list[Speculation]:
+    return [e for e in bus_events if isinstance(e, Speculation)]
+
+
+async def call(texts, pcm, *, eot_prob=0.05, calls=None, agent=None, tail_ms=2500):
+    clock = VirtualClock()
+    bus = EventBus()
+    seen: list = []
+    bus.subscribe(seen.append)
+    stack = make_stack(clock, texts, eot_prob=eot_prob, calls=calls)
+    res = await run_call([turn(pcm)], stack, agent or scripted_agent(), clock=clock,
+                         tail_ms=tail_ms, bus=bus)
+    return res, stack, seen
+
+
+async def test_a_kept_speculative_draft_records_the_time_it_saved():
+    # Smart Turn unsure (0.05), the words complete: the draft starts on the transcript (pause 96
+    # + STT 300 ms) while the turn waits for the 900 ms silence timeout, and is adopted then
+    res, stack, seen = await call(["So I was wondering about my order."], tone(800))
+    [s] = specs(seen)
+    assert s.outcome == "kept" and s.llm_requests == 1 and s.tool_runs == 0
+    # it ran from ≈ 396 ms after the speech until its first text (LLM TTFT 200 ms)
+    assert s.saved_ms == pytest.approx(200, abs=25)
+    assert s.started_ms - res.turns[0].stamps["user_speech_end"] == pytest.approx(396, abs=25)
+    m = res.speculation_metrics()
+    assert (m["speculative"], m["kept"], m["discarded"], m["llm_requests"]) == (1, 1, 0, 1)
+    assert m["unconfirmed_words"] == 0 and m["saved_ms"] == [s.saved_ms]
+    assert res.turns[0].summary()["speculation"][0]["outcome"] == "kept"
+
+
+async def test_a_discarded_draft_records_the_llm_work_and_tool_runs_it_wasted():
+    log = ToolLog()
+    pcm = np.concatenate([tone(800), silence(700), tone(800)])
+    res, stack, seen = await call(["Check my order.", "Check my order and cancel it."], pcm,
+                                  calls=lookup(), agent=scripted_agent(log))
+    first, second = specs(seen)
+    assert (first.outcome, first.reason) == ("discarded", "transcript_changed")
+    assert first.llm_requests >= 1 and first.tool_runs == 1
+    assert log.compensated == ["Check my order."]
+    assert second.outcome == "kept"
+    m = res.speculation_metrics()
+    assert m["wasted_tool_runs"] == 1 and m["wasted_llm_requests"] == first.llm_requests
+    assert m["discard_reasons"] == {"transcript_changed": 1} and m["unconfirmed_words"] == 0
+    assert [m.content for m in res.context if m.role == "user"] == ["Check my order and cancel it."]
+
+
+async def test_a_final_transcript_that_only_adds_courtesy_words_keeps_the_draft():
+    pcm = np.concatenate([tone(800), silence(700), tone(400)])
+    res, stack, seen = await call(["Check my order.", "Check my order, please."], pcm)
+    [s] = specs(seen)
+    assert s.outcome == "extended" and s.llm_requests == 1
+    assert len(stack.llm.requests) == 1  # one LLM call for the turn
+    assert [m.content for m in res.context if m.role == "user"] == ["Check my order, please."]
+    assert res.speculation_metrics()["llm_requests"] == 1
+
+
+def test_same_request_and_saved_ms():
+    assert same_request("Check order 4217.", "check order 4217") == "kept"
+    assert same_request("Check order 4217.", "Check order 4217, thank you.") == "extended"
+    assert same_request("Check order 4217.", "Check order 4217 and cancel it.") is None
+    assert same_request("Check order 4217.", "Check order 4218.") is None
+    assert saved_ms(1000, 1500, 1200) == 200 and saved_ms(1000, 1500, None) == 500
+    assert saved_ms(1000, 1500, 1900) == 500
+
+
+# --- tool turns: filler only for a long expected wait; longest silence ---------------------------
+def slow_agent(clock: VirtualClock, tool_ms: float, latency_ms: float | None) -> Agent:
+    @tool(reversible=True, latency_ms=latency_ms)
+    async def lookup_order(order_id: str, text: str = "") -> dict:
+        """Look up an order."""
+        await clock.sleep_until(clock.now_ms() + tool_ms)
+        return {"order_id": order_id, "status": "shipped"}
+    return Agent("You are a test agent.", tools=[lookup_order])
+
+
+async def tool_call(latency_ms: float | None, tool_ms: float = 1000):
+    clock = VirtualClock()
+    said: list[SpeakableText] = []
+    bus = EventBus()
+    bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
+    stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                       calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
+    res = await run_call([turn(tone(800))], stack, slow_agent(clock, tool_ms, latency_ms),
+                         clock=clock, tail_ms=3000, bus=bus)
+    [row] = res.silence_metrics()
+    return res, said, row
+
+
+async def test_a_slow_tool_gets_a_marked_filler_and_a_shorter_longest_silence():
+    res, said, row = await tool_call(latency_ms=1000)
+    assert [s.source for s in said][0] == "filler" and said[0].text == "One moment."
+    assert {s.source for s in said[1:]} == {"llm"}
+    rec = res.turns[0]
+    assert rec.time_to_answer_ms() > rec.v2v_ms()  # the filler is not the answer
+    assert row["tools"] and row["longest_silence_ms"] < 1000
+    # without a declared latency (and no runs observed yet) there is no filler: dead air
+    _, said, quiet = await tool_call(latency_ms=None)
+    assert {s.source for s in said} == {"llm"}
+    assert quiet["longest_silence_ms"] > 1500  # endpointing, STT, tool choice, tool, answer
+
+
+async def test_a_quick_tool_gets_no_filler_even_when_declared():
+    _, said, row = await tool_call(latency_ms=100, tool_ms=100)
+    assert {s.source for s in said} == {"llm"}
+
+
+def test_expected_latency_falls_back_to_the_observed_median():
+    @tool
+    def t() -> None:
+        """A tool."""
+    assert t.expected_ms() is None
+    for ms in (900, 100, 1000):
+        t.observe(ms)
+    assert t.expected_ms() == 900
+
+
+def test_bench_summary_blocks_from_calls():
+    from rejoinder.harness.eotsummary import eot_summary
+    calls = [{"extra": {
+        "endpointing": {"delays_ms": [200.0, 300.0], "utterances": 2, "cut_off": 1,
+                        "cut_off_in_numbers": 0, "false_cutoff_events": 1},
+        "speculation": {"turns": 2, "llm_requests": 3, "speculative": 2, "kept": 1, "extended": 0,
+                        "discarded": 1, "saved_ms": [180.0], "wasted_llm_requests": 1,
+                        "wasted_tokens": 12, "wasted_tool_runs": 1, "discard_reasons": {},
+                        "unconfirmed_words": 0},
+        "silence": [{"turn_id": 1, "longest_silence_ms": 700.0, "tools": False},
+                    {"turn_id": 2, "longest_silence_ms": 1200.0, "tools": True}]}},
+        {"extra": {}}]  # a failed call has no blocks
+    s = eot_summary(calls)
+    ep, sp, si = s["endpointing"], s["speculation"], s["silence"]
+    assert ep["delay_ms"]["p50"] == 250 and ep["false_cutoff_rate"] == 0.5
+    assert sp["hit_rate"] == 0.5 and sp["saved_ms"]["p50"] == 180
+    assert sp["llm_calls_per_turn"] == 1.5 and sp["wasted_llm_calls_per_turn"] == 0.5
+    assert si["tool_turns_longest_silence_ms"]["max"] == 1200 and si["longest_silence_ms"]["n"] == 2
+
+
+async def test_a_confident_commit_inside_a_number_is_retracted_not_a_cut_off():
+    # Smart Turn calls the pause after "415" complete; the transcript shows an open number and
+    # takes the commit back before the caller reads the next group (nothing was said)
+    clock = VirtualClock()
+    stack = make_stack(clock, ["4 1 5", "4 1 5 5 5 5", "4 1 5 5 5 5 0 1 0 1."], eot_prob=0.95)
+    pcm = np.concatenate([tone(900), silence(1000), tone(900), silence(1000), tone(1200)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
+    [r] = res.turns
+    # once the first group showed a number being read, the model alone commits no more
+    assert len(r.commits) == 2 and len(r.retractions) == 1
+    m = res.endpointing_metrics()
+    assert (m["utterances"], m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (1, 0, 0, 1)
+    assert m["delays_ms"] == [pytest.approx(r.stamps["eot_decided"] - r.stamps["user_speech_end"])]
+    assert len(stack.llm.requests) == 1  # no LLM work on the retracted commits
