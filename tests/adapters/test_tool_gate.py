@@ -121,3 +121,18 @@ async def test_shipped_calibration_separates_a_request_from_thanks(gate_llm):
     assert calls[0].source == "model" and calls[0].chosen == "lookup_order", calls[0]
     assert talks[0].chosen is None, talks[0]
     assert calls[0].margin > talks[0].margin
+
+
+async def test_a_new_call_starts_from_the_warm_system_turn_not_the_gates_prompt(gate_llm):
+    """The gate's own KV state holds the context between calls; a new call's first request
+    still starts from the warmed system turn and prefills only the caller's turn."""
+    import asyncio
+
+    await asyncio.to_thread(gate_llm.warmup, SUPPORT.content, GATED)
+    assert await asyncio.to_thread(gate_llm.warm_gate, GATED)
+    req = _req("Hello there, how are you?", tool_threshold=1e6, cache_key="NEW")
+    out = await _run(gate_llm, req)
+    assert isinstance(out[0], ToolDecision) and out[0].chosen is None
+    stats = gate_llm.last_stats
+    assert stats.prompt > 200 and 0 < stats.prefilled < 40, stats
+    gate_llm.forget("NEW")

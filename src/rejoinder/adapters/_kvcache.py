@@ -105,6 +105,8 @@ class ConversationCache:
         self._llm = llm
         self.max_bytes = max_bytes
         self.owner: str | None = None
+        #: the warmed system turn's key: a conversation with no state of its own starts from it
+        self.base_key: str | None = None
         self._saved: OrderedDict[str, _Saved] = OrderedDict()
         self.stats = CacheStats()
 
@@ -130,7 +132,13 @@ class ConversationCache:
         self._saved.move_to_end(key)
         self.stats.saves += 1
         while self._bytes() > self.max_bytes and len(self._saved) > 1:
-            self._saved.popitem(last=False)
+            oldest = next(iter(self._saved))
+            if oldest == self.base_key:  # the warm start of every new call: kept while it fits
+                self._saved.move_to_end(oldest)
+                oldest = next(iter(self._saved))
+                if oldest == self.base_key:
+                    break
+            del self._saved[oldest]
             self.stats.evictions += 1
 
     def _restore(self, saved: _Saved) -> bool:
@@ -155,13 +163,17 @@ class ConversationCache:
         """Make the context hold ``key``'s conversation before a request of ``key`` runs.
 
         The current owner's state is saved first unless it is ``key`` itself; ``key``'s saved
-        state (if any) is restored. ``None`` (a request without a key, a warm-up) saves the owner
+        state is restored, or for a key with none the warm-up's (``base_key``: the system turn
+        every new call starts with — another KV state, e.g. the tool gate's, may hold the
+        context in between). ``None`` (a request without a key, a warm-up) saves the owner
         and leaves the context to the request as it is."""
         if key is not None and key == self.owner:
             return
         if self.owner is not None:
             self._save(self.owner, self._saved.pop(self.owner, None))
         saved = self._saved.get(key) if key is not None else None
+        if saved is None and key is not None and self.base_key is not None:
+            saved = self._saved.get(self.base_key)  # a new conversation: from the warm system turn
         if saved is not None:
             self._restore(saved)
         self.owner = key

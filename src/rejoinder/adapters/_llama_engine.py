@@ -394,9 +394,9 @@ class ChatEngine:
                 if decision.chosen is not None:
                     head = self._tokens(prompt + self.format.call_open)
                     forced = replace(request, tool_choice=decision.chosen)
-                    yield from self._calls(head, forced, stop, False, False) or ()
-                else:
-                    yield from self._text(prompt, request, stop, opener="stop", first=False)
+                    yield from self._calls(head, forced, stop, False, True) or ()
+                else:  # (the gate's prompt is its own: this is the conversation's first sample)
+                    yield from self._text(prompt, request, stop, opener="stop", first=True)
             elif choice == "auto" and self.eager_decides and self._after_user(request):
                 head = self._tokens(prompt + self.format.call_open)
                 calls = self._calls(head, request, stop, True, True)

