@@ -183,6 +183,10 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         """One 20 ms frame at call-clock ``t``."""
         if not first:
             first.append(t)
+            if rec and t > 0:  # the shared pacer's first grid point: the recording starts at 0
+                lead = np.zeros(int(round(t * RATE / 1000.0)), dtype=np.int16)
+                for i in range(0, len(lead), 320):
+                    rec.write(lead[i:i + 320], lead[i:i + 320])
         if caller.done or t - first[0] >= max_ms or session.hangup is not None:
             return STOP
         frame = caller.next_frame(t)

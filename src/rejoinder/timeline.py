@@ -230,11 +230,11 @@ class Timeline:
                 rec.drop_reply_stamps()      # the turn's (the next reply's are)
             else:  # a sound over the reply that it talked on after
                 rec.resumed.append(event.reason)
-        elif isinstance(event, StepEntered):
+        elif isinstance(event, StepEntered) and event.turn_id:  # (turn 0: the call opens in its first step)
             self.turn(event.turn_id).steps.append(
                 {"agent": event.agent, "step": event.step, "from": event.previous,
                  "reason": event.reason, "tool": event.tool, "t_ms": round(event.t_ms, 3)})
-        elif isinstance(event, CallEnd):
+        elif isinstance(event, CallEnd) and event.turn_id:
             self.turn(event.turn_id).call_end = {
                 "kind": event.kind, "reason": event.reason, "target": event.target,
                 "status": event.status, "t_ms": round(event.t_ms, 3)}
