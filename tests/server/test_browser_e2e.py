@@ -36,6 +36,7 @@ def truth_aligned_v2v(call_dir, truth, turns) -> list[float]:
     import soundfile as sf
     from rejoinder.caller import voiced_span
     meta = json.loads((call_dir / "call.json").read_text())
+    assert not meta.get("observer_errors"), meta["observer_errors"]  # no observer was dropped
     pcm, _ = sf.read(str(call_dir / "caller.wav"), dtype="int16")
     first, _ = voiced_span(pcm)
     offset = meta["caller_origin_ms"] + first / 16 - truth[0][0]

@@ -73,6 +73,8 @@ class LiveCall:
         self.bus.subscribe(self.timeline)
         self.transcript = CallTranscript()
         self.bus.subscribe(self.transcript)
+        # before the session exists: it emits events (the call's first step) as it is built
+        self.downlink: Downlink | None = None
         self.bus.subscribe(self._on_event)
         self.telemetry = telemetry.observe_call(self.bus, call_id, self.clock, transport=transport)
         self.ctx = ctx
@@ -84,7 +86,6 @@ class LiveCall:
         self.session = self.live.session
         self.st = self.live.st
         self.max_call_ms = max_call_s * 1000.0
-        self.downlink: Downlink | None = None
         self.outbox: asyncio.Queue[Out] = asyncio.Queue(maxsize=outbox_max)
         self.meta: dict[str, Any] = {"call_id": call_id, "transport": transport,
                                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
