@@ -148,7 +148,7 @@ def test_the_tools_the_llm_sees():
     assert schemas["lookup_order"].parameters == {
         "type": "object", "additionalProperties": False, "required": ["order_id"],
         "properties": {"order_id": {"type": "string", "pattern": "^[0-9]{4}$", "description":
-                                    'the order number the caller gave, digits only, e.g. "4217".'}}}
+                                    'the order number the caller said, digits only.'}}}
     move = schemas["reschedule_appointment"].parameters
     assert move["required"] == ["day", "time"]
     assert move["properties"]["day"]["enum"] == ["Monday", "Tuesday", "Wednesday", "Thursday",

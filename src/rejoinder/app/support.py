@@ -102,7 +102,7 @@ def lookup_order(ctx: CallContext, order_id: OrderNumber) -> dict[str, Any]:
     """Look up one of the caller's orders: its item, status and delivery date.
 
     Args:
-        order_id: the order number the caller gave, digits only, e.g. "4217".
+        order_id: the order number the caller said, digits only.
     """
     customer = _customer(ctx)
     row = db.order_row(_conn(ctx), order_id)
