@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ConfigError, MissingExtra
 from ..vadbatch import BatchedVAD
+from ._onnx import cpu_session
 from ._paths import model_file
 
 SAMPLE_RATE = 16_000
@@ -54,16 +55,8 @@ class SileroBatchModel:
     window_samples = WINDOW
 
     def __init__(self, model_path: str | Path | None = None, *, threads: int = 1) -> None:
-        import onnxruntime as ort
-
         self.model_path = Path(model_path) if model_path else silero_batch_model_path()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.log_severity_level = 3
-        self._session = ort.InferenceSession(str(self.model_path), sess_options=opts,
-                                             providers=["CPUExecutionProvider"])
+        self._session = cpu_session(self.model_path, threads)
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self._state = np.zeros((2, 0, 128), dtype=np.float32)
         self._ctx = np.zeros((0, CONTEXT), dtype=np.float32)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._onnx import cpu_session
 from ._paths import model_file
 
 SAMPLE_RATE = 16_000
@@ -43,16 +44,8 @@ class SileroVAD:
     window_samples: int = WINDOW
 
     def __init__(self, model_path: str | Path | None = None, *, threads: int = 1) -> None:
-        import onnxruntime as ort
-
         self.model_path = Path(model_path) if model_path else silero_model_path()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.log_severity_level = 3
-        self._session = ort.InferenceSession(str(self.model_path), sess_options=opts,
-                                             providers=["CPUExecutionProvider"])
+        self._session = cpu_session(self.model_path, threads)
         self._buf = np.zeros((1, CONTEXT + WINDOW), dtype=np.float32)
         self._window_view = self._buf[0, CONTEXT:]
         self._h = np.zeros((1, 1, 128), dtype=np.float32)

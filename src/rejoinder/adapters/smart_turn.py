@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ._mel import log_mel
+from ._onnx import cpu_session
 from ._paths import model_file
 
 SAMPLE_RATE = 16_000
@@ -55,17 +56,8 @@ class SmartTurnV3:
     sample_rate: int = SAMPLE_RATE
 
     def __init__(self, model_path: str | Path | None = None, *, threads: int = 1) -> None:
-        import onnxruntime as ort
-
         self.model_path = Path(model_path) if model_path else smart_turn_model_path()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        self._session = ort.InferenceSession(str(self.model_path), sess_options=opts,
-                                             providers=["CPUExecutionProvider"])
+        self._session = cpu_session(self.model_path, threads)
 
     def completion_prob_sync(self, audio: np.ndarray) -> float:
         """Blocking variant of :meth:`completion_prob` (same arguments and result)."""
