@@ -108,6 +108,21 @@ class CallResult:
         return [sum(d for _, d in r.stalls) for r in self.turns if r.recoveries]
 
 
+def close_records(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]], observed: Any,
+                  rec: Any, error: BaseException | None) -> None:
+    """The end of a simulated call's records, whatever ran it: the caller's own audio as the
+    truth of its speech (:func:`attach_truth`), telemetry finished, the recording closed, one
+    ``turn`` summary line per turn in the timeline's JSONL, the timeline closed."""
+    attach_truth(tl, st, truth)
+    if observed is not None:
+        observed.finish(tl.records(), error=error)
+    if rec:
+        rec.close()
+    for r in tl.records():
+        tl.write_event({"type": "turn", **r.summary()})
+    tl.close()
+
+
 def attach_truth(tl: Timeline, st: Stamper, truth: list[tuple[int, float, float]]) -> None:
     """Replace VAD estimates of user_speech_start/end with the caller's own audio (ground truth).
 
@@ -214,14 +229,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         error = repr(exc)
     finally:
         await session.close()
-        attach_truth(tl, st, caller.truth)
-        if observed is not None:
-            observed.finish(tl.records(), error=error)
-        if rec:
-            rec.close()
-        for r in tl.records():
-            tl.write_event({"type": "turn", **r.summary()})
-        tl.close()
+        close_records(tl, st, caller.truth, observed, rec, error)
     if out_dir:
         (out_dir / "transcript.txt").write_text(transcript.text(), encoding="utf-8")
     context_words = [len(text.split()) for _, text in session.conv.heard_log]

@@ -46,7 +46,7 @@ from . import telemetry
 from .adapters.nova_sonic import NovaSonic, NovaSonicStream
 from .adapters.nova_sonic_events import OutputEvent
 from .agent import Agent, call_hook, load_agent
-from .callrun import CallResult, Overtalk, attach_truth
+from .callrun import CallResult, Overtalk, close_records
 from .caller import FRAME, RATE, RenderedTurn, SimulatedCaller
 from .clock import Clock, RealClock
 from .config import AgentConfig
@@ -283,14 +283,7 @@ class S2SRuntime:
         finally:
             await session.close()
             error = error or session.error
-            attach_truth(tl, st, caller.truth)
-            if observed is not None:
-                observed.finish(tl.records(), error=error)
-            if rec:
-                rec.close()
-            for r in tl.records():
-                tl.write_event({"type": "turn", **r.summary()})
-            tl.close()
+            close_records(tl, st, caller.truth, observed, rec, error)
         if out_dir:
             (out_dir / "transcript.txt").write_text(transcript.text(), encoding="utf-8")
         return CallResult(call_id, tl.records(), out_dir, caller.cpu_s, t, transcript.lines, error, tools,
