@@ -20,7 +20,7 @@ from rich.text import Text
 from ..cliout import plain
 from ..errors import RejoinderError
 
-from .clishow import (STORE_OPT, _f, _fail, _levels, _open, _pct, _store_flag, err, out,  # noqa: F401
+from .clishow import (STORE_OPT, _f, _fail, show_run, _levels, _open, _pct, _store_flag, err, out,  # noqa: F401
                       print_outcomes, print_summary, print_turn_taking)
 
 
@@ -90,7 +90,6 @@ def register(app: typer.Typer) -> None:
         from . import conditions as cond_mod
         from .bench import BenchOptions, run_bench
         from .suite import load_suite, scenario_hash
-        from .summary import run_summary
         levels = _levels(concurrency)
         tags = [t for t in (tag or "").split(",") if t] or None
         if suite and suite_opt and suite != suite_opt:
@@ -199,14 +198,7 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(130)
             except RejoinderError as exc:
                 _fail(exc)
-        summary = run_summary(st, run_id)
-        if report:
-            from .report import write_report
-            err.print(f"report: {plain(write_report(st, run_id, report))}")
-        if json_out:
-            print(json.dumps(summary, indent=2, default=str))
-        else:
-            print_summary(summary)
+        show_run(st, run_id, report, json_out)
         err.print(f"stored as run [bold]{run_id}[/] ({status}); "
                   f"`rejoinder report {run_id}{plain(_store_flag(store))}` for the plots")
 

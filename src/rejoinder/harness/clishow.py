@@ -3,6 +3,7 @@ and the printed summaries (used by :mod:`.cli` and :mod:`.ray_cli`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import typer
@@ -168,3 +169,18 @@ def _f(v: Any, signed: bool = False) -> str:
     if v is None:
         return "—"
     return f"{v:+.0f}" if signed else f"{v:.0f}"
+
+
+def show_run(store: Any, run_id: str, report: Any, json_out: bool) -> None:
+    """A stored run as ``bench`` prints it: the HTML report's path (when ``report`` names one,
+    written first), then the run's summary as JSON on stdout or as tables."""
+    from .summary import run_summary
+
+    summary = run_summary(store, run_id)
+    if report:
+        from .report import write_report
+        err.print(f"report: {plain(str(write_report(store, run_id, report)))}", soft_wrap=True)
+    if json_out:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print_summary(summary)

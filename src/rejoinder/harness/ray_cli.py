@@ -4,7 +4,6 @@ callers on Ray actors (:mod:`.ray_load`) and the cluster recorded in the run's c
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,8 @@ def bench(*, address: str, workers: int | None, cpus: int | None, spec: dict[str
         typer.Exit: 2 on a bad cluster address, a missing Ray, or more workers than CPUs.
     """
     from . import ray_cluster
-    from .clishow import _fail, err, print_summary
+    from .clishow import _fail, err, show_run
     from .ray_load import run_ray_bench
-    from .summary import run_summary
 
     try:
         cluster = ray_cluster.connect(address, num_cpus=cpus)
@@ -81,14 +79,7 @@ def bench(*, address: str, workers: int | None, cpus: int | None, spec: dict[str
         _fail(exc)
     finally:
         ray_cluster.shutdown(cluster)
-    summary = run_summary(store, run_id)
-    if report:
-        from .report import write_report
-        err.print(f"report: {write_report(store, run_id, report)}", soft_wrap=True)
-    if json_out:
-        print(json.dumps(summary, indent=2, default=str))
-    else:
-        print_summary(summary)
+    show_run(store, run_id, report, json_out)
     err.print(f"stored as run [bold]{run_id}[/] ({status}); `rejoinder runs show {run_id}{store_flag}`",
               soft_wrap=True, highlight=False)
 

@@ -11,7 +11,6 @@ reason and the sweep goes on.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,10 +72,8 @@ def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..bench import BenchOptions, run_bench
-    _fail, _open, _store_flag, err, print_summary = (ui._fail, ui._open, ui._store_flag, ui.err,
-                                                     ui.print_summary)
+    _fail, _open, _store_flag, err = ui._fail, ui._open, ui._store_flag, ui.err
     from ..suite import load_suite, scenario_hash
-    from ..summary import run_summary
 
     try:
         label, scs = load_suite(suite, only)
@@ -128,14 +125,7 @@ def bench(*, target_url: str, protocol: str, token: str | None, jitter_ms: float
         _fail(exc)
     finally:
         target.close()
-    summary = run_summary(st, run_id)
-    if report:
-        from ..report import write_report
-        err.print(f"report: {write_report(st, run_id, report)}", soft_wrap=True)
-    if json_out:
-        print(json.dumps(summary, indent=2, default=str))
-    else:
-        print_summary(summary)
+    ui.show_run(st, run_id, report, json_out)
     err.print(f"stored as run [bold]{run_id}[/]; `rejoinder runs compare A {run_id}{_store_flag(store)}` puts it "
               "beside another run", soft_wrap=True)
 
