@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rejoinder.caller import RenderedTurn, voiced_span
-from rejoinder.callrun import run_call
+from rejoinder.harness.caller import RenderedTurn, voiced_span
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
 from rejoinder.events import EventBus, SpeakableText

@@ -140,7 +140,7 @@ class Session:
     @property
     def hangup(self) -> str | None:
         """Why the agent has ended the call (None: it has not); the transport must then close
-        the line (callrun stops, the server closes the socket)."""
+        the line (:mod:`rejoinder.harness.callrun` stops, the server closes the socket)."""
         return self.ender.hangup
 
     @property
