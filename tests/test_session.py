@@ -14,7 +14,8 @@ from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
 from rejoinder.events import EventBus, SpeakableText
 from rejoinder.scenario import CallerTurn, Segment
-from rejoinder.session import Stack, number_incomplete
+from rejoinder.session import Stack
+from rejoinder.turntext import number_incomplete
 from rejoinder.text import normalize_for_speech
 from rejoinder.timeline import SEGMENTS
 

@@ -32,20 +32,18 @@ import numpy as np
 from .agent import Agent
 from .audio_io import resample
 from .audioring import AudioRing
-from .clock import wait_within
-from .completeness import text_complete  # noqa: F401 — text_complete re-exported
 from .conversation import Conversation, Step
-from .dictation import number_open
 from .ending import CallEnder
-from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
+from .events import AgentSpeech, ErrorEvent, TranscriptEvent, TurnDecision
 from .flow import Transfer
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply, Say
 from .respond import Draft
-from .speculation import speculation_event
 from .sounds import Heard, level_dbfs, overlap_verdict
+from .speculation import speculation_event
 from .stages import Stamper, timed_stt
+from .sttwait import final_transcript, short_sound
 from .tools import CallContext
 from .turnrun import TurnRuns
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
@@ -61,12 +59,6 @@ GAP_HOLDBACK_MS = 200.0  # silence is filled in only up to this long before now 
 AUDIO_RING_S = 32.0  # caller audio kept in memory (s): a turn longer than this keeps its end
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
 RETRACTIONS = ("digit_hold", "incomplete")  # CancelReply reasons that take a commit back
-
-
-def number_incomplete(text: str) -> bool:
-    """True when ``text`` ends in a number still being read out, with the default number
-    formats and no context (:func:`rejoinder.dictation.number_open`)."""
-    return number_open(text)
 
 
 @dataclass
@@ -239,7 +231,7 @@ class Session:
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             if stage.startswith("stt"):
-                return  # awaited and recovered by _final_transcript
+                return  # awaited and recovered by rejoinder.sttwait
             self.st.emit(ErrorEvent(stage, repr(exc), False, self.st.now(), self.st.call_id, turn_id))
             self.errors.append(exc)
             if stage == "reply":  # a failed reply must not leave the agent stuck in "thinking"
@@ -274,32 +266,33 @@ class Session:
                 self.playout.hold(self.st.now())  # stop talking over the caller at once
             elif isinstance(a, Resume):
                 self.playout.resume()
-                self.st.emit(TurnDecision(False, 0.0, a.reason, self.st.now(), self.st.call_id,
-                                          a.turn_id))
+                self._decided(a.turn_id, a.reason)
             elif isinstance(a, CheckBackchannel):
                 self._spawn(self._check_backchannel(a), a.turn_id, "stt")
             elif isinstance(a, Reject):
                 judged = self.turns.open(a.turn_id).judged
                 heard = judged.heard.as_dict() if judged else {}
-                self.st.emit(TurnDecision(False, 0.0, "rejected_noise", self.st.now(), self.st.call_id,
-                                          a.turn_id, {"why": a.reason, **heard}))
+                self._decided(a.turn_id, "rejected_noise", {"why": a.reason, **heard})
             elif isinstance(a, Reprompt):
                 self._say_later(a.turn_id, self.policy.idle.reprompt_text, "idle_prompt")
             elif isinstance(a, EndCall):
                 self._say_later(a.turn_id, self.policy.idle.goodbye_text, "idle_prompt", hangup=a.reason)
 
+    def _decided(self, turn_id: int, reason: str, data: dict[str, Any] | None = None) -> None:
+        """A :class:`TurnDecision` that commits nothing (see its ``reason``s), on the timeline."""
+        self.st.emit(TurnDecision(False, 0.0, reason, self.st.now(), self.st.call_id, turn_id,
+                                  data or {}))
+
     def _retracted(self, turn_id: int, why: str) -> None:
         """The transcript took a commit back (a number still read out, a dangling ending):
         marked on the timeline (:mod:`rejoinder.callmetrics` tells it from a false cut-off)."""
-        self.st.emit(TurnDecision(False, 0.0, "retracted", self.st.now(), self.st.call_id, turn_id,
-                                  {"why": why}))
+        self._decided(turn_id, "retracted", {"why": why})
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         run = self.turns.open(turn_id)
         run.cut(reason)
         if run.reopened and reason != "noise":  # the dropped reply's timings are not the turn's
-            self.st.emit(TurnDecision(False, 0.0, "reopen", self.st.now(), self.st.call_id,
-                                      turn_id, {"why": reason}))
+            self._decided(turn_id, "reopen", {"why": reason})
         self.ender.reply_done(turn_id, True, self.st.now())  # a dropped goodbye ends nothing
         if self.playout.reply is not None and self.playout.reply.turn_id == turn_id:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
@@ -388,8 +381,7 @@ class Session:
         if turn_id is None:
             return  # the caller or the agent has the floor: tried again when it is free
         self._follow_up_due = False
-        self.st.emit(TurnDecision(False, 0.0, "follow_up", self.st.now(), self.st.call_id, turn_id,
-                                  {"why": "a background tool's result came in"}))
+        self._decided(turn_id, "follow_up", {"why": "a background tool's result came in"})
         run = self.turns.open(turn_id)
         draft = Draft(self.conv, turn_id, "", self.stack.llm, self.recovery)
         draft.on_background = self._background
@@ -428,22 +420,9 @@ class Session:
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         """Short caller sound over the agent ended: resume or barge in, judged on its duration,
         the STT's confidence and its words (:func:`rejoinder.sounds.overlap_verdict`)."""
-        async def transcribe() -> Transcript:
-            tr = Transcript("", True)
-            async for tr in timed_stt(self.st, a.turn_id, self.stack.stt,
-                                      self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)):
-                pass
-            return tr
-        task = asyncio.ensure_future(transcribe())
-        try:  # watchdog: the reply is held while this runs
-            tr = await wait_within(self.st.clock, task, self.recovery.stt_check_ms)
-        except Exception as exc:  # cannot tell: treat the short sound as noise and go on talking
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            reason = ("no transcript in time" if isinstance(exc, TimeoutError) else repr(exc))
-            self.st.emit(Recovery("stt", "resume", reason, "", self.st.now(), self.st.call_id,
-                                  a.turn_id))
-            tr = Transcript("", True)
+        audio = self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)
+        tr = await short_sound(self.st, a.turn_id, timed_stt(self.st, a.turn_id, self.stack.stt, audio),
+                               self.recovery.stt_check_ms)  # watchdog: the reply is held meanwhile
         heard = Heard(tr.text, a.end_ms - a.start_ms, tr.no_speech_prob, tr.avg_logprob)
         verdict = overlap_verdict(heard, self.policy.backchannels, self.policy.sounds)
         self.st.emit(TranscriptEvent(tr.text, True, self.st.now(), self.st.call_id, a.turn_id,
@@ -462,45 +441,11 @@ class Session:
         self._perform(self.taker.eot_result(turn_id, p, self.st.now()))
 
     # --- the reply ---------------------------------------------------------------------------
-    async def _final_transcript(self, turn_id: int) -> str | None:
-        """The turn's transcript: the speculative one, else one retry. Watchdogs on the call
-        clock: ``promote_interim_ms`` for a final, and ``RecoveryPolicy.stt_interim_stall_ms``
-        after the latest interim result (an STT that sent an interim and then nothing: the
-        interim is promoted). None when STT could not deliver."""
-        run = self.turns.open(turn_id)
-        end_ms, stt_task = run.spec
-        for attempt in range(2):
-            deadline = self.st.now() + self.policy.promote_interim_ms
-            try:
-                while True:
-                    limit = deadline - self.st.now()
-                    if run.interim and run.interim_at is not None:
-                        limit = min(limit, run.interim_at + self.recovery.stt_interim_stall_ms
-                                    - self.st.now())
-                    try:
-                        return await wait_within(self.st.clock, stt_task, max(0.0, limit))
-                    except TimeoutError:
-                        stalled = (run.interim and run.interim_at is not None and self.st.now()
-                                   >= run.interim_at + self.recovery.stt_interim_stall_ms)
-                        if stalled or self.st.now() >= deadline:
-                            raise
-            except Exception as exc:  # failed or timed out: say so on the timeline, retry once
-                stt_task.cancel()
-                reason = "no final transcript in time" if isinstance(exc, TimeoutError) else repr(exc)
-                interim = run.interim
-                if isinstance(exc, TimeoutError) and interim:  # a turn with only interim results
-                    self.st.emit(Recovery("stt", "promoted", reason, interim, self.st.now(),
-                                          self.st.call_id, turn_id))
-                    return interim
-                action = "retry" if attempt == 0 else "recovery_line"
-                self.st.emit(Recovery("stt", action, reason, "", self.st.now(), self.st.call_id, turn_id))
-                if attempt == 0:
-                    stt_task = self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry")
-                    run.retry_stt(stt_task)
-        return None
-
     async def _reply(self, turn_id: int) -> None:
-        text = await self._final_transcript(turn_id)
+        text = await final_transcript(  # the pause's transcript, with watchdogs (rejoinder.sttwait)
+            self.st, self.turns.open(turn_id), promote_ms=self.policy.promote_interim_ms,
+            stall_ms=self.recovery.stt_interim_stall_ms,
+            retry=lambda end_ms: self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry"))
         if text is None:
             await self._say(turn_id, DIDNT_CATCH, "recovery")
             return
@@ -549,8 +494,7 @@ class Session:
         marked on the timeline by a :class:`TurnDecision` with reason ``source``, then said with
         :meth:`_say`. With ``hangup``, the call ends once the words have played (:attr:`hangup`),
         unless the caller speaks over them."""
-        self.st.emit(TurnDecision(False, 0.0, source, self.st.now(), self.st.call_id, turn_id,
-                                  {"text": text, "hangup": hangup}))
+        self._decided(turn_id, source, {"text": text, "hangup": hangup})
         if hangup is not None:
             self.ender.request(turn_id, "hangup", hangup)
         self.turns.open(turn_id).commit(self._spawn(self._say(turn_id, text, source), turn_id, "reply"))

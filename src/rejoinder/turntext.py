@@ -63,6 +63,12 @@ def number_still_open(text: str, policy: TurnPolicy, *, agent_said: str = "",
     return number_open(text, agent_said, policy.numbers, pauses)
 
 
+def number_incomplete(text: str) -> bool:
+    """True when ``text`` ends in a number still being read out, with the default number
+    formats and no context (:func:`rejoinder.dictation.number_open`)."""
+    return number_open(text)
+
+
 def judge_pause(end_ms: float, heard: Heard, policy: TurnPolicy, *,
                 previous: TextVerdict | None = None, agent_said: str = "",
                 pauses: tuple[int, ...] = ()) -> TextVerdict:
