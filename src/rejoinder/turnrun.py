@@ -31,8 +31,9 @@ Invariants:
   and it is cleared when discarded or when the reply speaking it is finished;
 * ``done_runs`` holds the tool runs of confirmed drafts dropped when the turn *reopened* (the
   caller went on talking after the commit): work that really ran, so the turn's next draft
-  starts from it — its results are given to the LLM, they enter the context once, and an
-  irreversible run is never repeated (:meth:`TurnRun.earlier_run`). A dropped *tentative*
+  starts from it (its ``prior``, :class:`rejoinder.respond.Draft`) — its results are given to
+  the LLM, they enter the context once, and an irreversible call with the same name and
+  arguments is answered from them, never run again. A dropped *tentative*
   draft's reversible runs are compensated instead (:func:`rejoinder.conversation.undo_runs`);
 * the session's ``settling`` tasks finish accounting for dropped work (:meth:`discard`'s
   coroutine); a later draft waits for them first.
