@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...caller import RenderedTurn, SimulatedCaller
+from ..caller import RenderedTurn, SimulatedCaller
 from ..callrun import CallResult, Overtalk
 from ...clock import RealClock
 from ...pacing import STOP, shared_pacer
