@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+from fakes import scripted_agent, silence, tone
+from test_session import make_stack
 
 from rejoinder.clock import VirtualClock
 from rejoinder.events import EventBus
 from rejoinder.session import Session
 from rejoinder.stages import Stamper
 from rejoinder.turnrun import TurnRun, TurnRuns
-
-from fakes import scripted_agent, silence, tone
-from test_session import make_stack
 
 
 class _Draft:
