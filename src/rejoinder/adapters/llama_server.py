@@ -376,9 +376,12 @@ def asgi_app(argv: list[str] | None = None) -> Any:
         MissingExtra, ConfigError: as :func:`settings`.
     """
     tool_mode, server_settings, model_settings = settings(argv)
+    try:
+        from llama_cpp.server.app import create_app
+    except ImportError:
+        raise MissingExtra("llama_cpp.server", "rejoinder[llm-server]") from None
     _TOOL_MODE["mode"] = tool_mode
     register_chat_handler()
-    from llama_cpp.server.app import create_app
 
     return create_app(server_settings=server_settings, model_settings=model_settings)
 
