@@ -273,8 +273,9 @@ def create_app(server: CartesiaSTTServer):
     refused upgrade answers the status and reason in an HTTP response where the host supports
     ASGI's ``websocket.http.response`` extension, else closes the handshake (HTTP 403) with
     close code 1008 and the reason."""
-    from fastapi import FastAPI, WebSocket
+    from fastapi import FastAPI
     from fastapi.responses import PlainTextResponse
+    from starlette.routing import WebSocketRoute
 
     app = FastAPI(title="rejoinder STT (Cartesia Ink protocol)", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -282,8 +283,7 @@ def create_app(server: CartesiaSTTServer):
     async def health() -> dict[str, bool]:
         return {"ok": True}
 
-    @app.websocket(PATH)
-    async def stt(websocket: WebSocket) -> None:
+    async def stt(websocket) -> None:  # a starlette WebSocket (a plain route: no dependency injection)
         query = dict(websocket.query_params)
         refused = server.refusal(websocket.headers, query)
         if refused:
@@ -295,4 +295,5 @@ def create_app(server: CartesiaSTTServer):
         await websocket.accept()
         await server.session(_ASGI(websocket), query)
 
+    app.router.routes.append(WebSocketRoute(PATH, stt))
     return app
