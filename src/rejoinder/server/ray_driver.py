@@ -61,7 +61,8 @@ async def deploy(*, host: str, port: int, server_cfg: dict[str, Any], agent_cfg:
     under ``/models/<name>``) and wait until they are RUNNING, then the agent (``/``), so the
     agent's warm-up finds them. ``agent_cfg`` is already pointed at them
     (:func:`~.ray_models.point`). Returns the call ledger actor and, per application, the ms from
-    its ``serve.run`` to RUNNING (every replica's model loaded).
+    its deployment (``serve.run_many``, all model servers at once) to the 0.5 s poll that saw it
+    RUNNING (every replica's model loaded).
 
     Raises:
         ConfigError: the replicas' CPUs (at least one replica each) exceed the cluster's.
@@ -82,15 +83,19 @@ async def deploy(*, host: str, port: int, server_cfg: dict[str, Any], agent_cfg:
     ledger = ray.remote(num_cpus=0)(CallLedger).options(name=LEDGER, namespace=APP).remote()
     serve.start(http_options={"host": host, "port": port})
     running: dict[str, float] = {}
-    if models:
+
+    async def start(targets: list[Any]) -> dict[str, float]:
+        """Deploy at once (the replicas load in parallel), then poll until every one is RUNNING."""
         t0 = time.monotonic()
-        for m in models:
-            serve.run(m.app(), name=m.name, route_prefix=m.route_prefix, blocking=False)
-        running.update(await wait_ready(timeout_s, since=t0))
-    t0 = time.monotonic()
-    serve.run(_agent_app(server_cfg, agent_cfg.model_dump(mode="json"), zero_cost, agent_scale.deployment_options()),
-              name=APP, route_prefix="/", blocking=False)
-    running[APP] = (await wait_ready(timeout_s, since=t0))[APP]
+        await asyncio.to_thread(serve.run_many, targets, wait_for_ingress_deployment_creation=False,
+                                wait_for_applications_running=False)
+        return await wait_ready(timeout_s, since=t0)
+
+    if models:
+        running.update(await start([serve.RunTarget(m.app(), name=m.name, route_prefix=m.route_prefix)
+                                    for m in models]))
+    agent = _agent_app(server_cfg, agent_cfg.model_dump(mode="json"), zero_cost, agent_scale.deployment_options())
+    running[APP] = (await start([serve.RunTarget(agent, name=APP, route_prefix="/")]))[APP]
     return ledger, running
 
 
@@ -217,7 +222,7 @@ def serve_ray(*, address: str, cpus: int | None, host: str, port: int, server_cf
                 name = "agent" if app == APP else app
                 say({"event": "running", "deployment": name, "running_ms": ms,
                      "replicas": scales[name].min_replicas})
-                store.add_note(run_id, f"{name} RUNNING {ms} ms after its serve.run ({scales[name].min_replicas} "
+                store.add_note(run_id, f"{name} RUNNING {ms} ms after it was deployed ({scales[name].min_replicas} "
                                f"replica(s), at most {scales[name].max_replicas}, {scales[name].cpus:g} CPU each)")
             store.add_note(run_id, f"deployed in {cold} ms (cluster up → every application RUNNING)")
             say(f"ready http://{host}:{port} run {run_id} cold_start_ms {cold}")
