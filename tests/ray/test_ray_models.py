@@ -99,7 +99,8 @@ async def test_the_llm_deployment_completes_a_chat_through_the_proxy(served):
     req = LLMRequest(messages=(ChatMessage("system", "You are a helpful assistant."),
                                ChatMessage("user", "Say hello to Anna in one short sentence.")),
                      max_tokens=24, temperature=0.0)
-    llm = OpenAICompatLLM(base_url=base, model="smollm2", api_key=KEY, timeout_s=120)
+    llm = OpenAICompatLLM(base_url=base, model="smollm2", api_key=KEY, timeout_s=120, warm=True)
+    assert llm.warmup("You are a helpful assistant.") > 5  # the system turn prefilled (its prompt tokens)
     text = "".join(d for d in [d async for d in llm.stream(req)] if isinstance(d, str))
     await llm.aclose()
     assert text.strip() and any(c.isalpha() for c in text), repr(text)
@@ -128,7 +129,7 @@ def test_both_deployments_are_in_the_serve_run_and_it_stops_cleanly(served):
     assert deps["llm"]["autoscaling_config"]["target_ongoing_requests"] == 1.0
     stack = run["conditions"]["config"]["stack"]
     assert (stack["stt"], stack["llm"]) == ("cartesia", "openai")  # the agent was pointed at them
-    assert stack["openai"]["base_url"] == f"http://127.0.0.1:{served.port}/models/llm/v1"
+    assert stack["openai"]["base_url"] == f"http://127.0.0.1:{served.port}/models/llm/v1" and stack["openai"]["warm"]
     notes = [n["text"] for n in run["notes"]]
     assert any(n.startswith("stt RUNNING") for n in notes) and any(n.startswith("llm RUNNING") for n in notes)
     assert set(run["summary"]["running_ms"]) == {"agent", "stt", "llm"}

@@ -144,7 +144,7 @@ def point(agent_cfg: Any, deployments: list[ModelDeployment], host: str, port: i
         elif d.name == "llm":
             cfg.stack.llm = "openai"
             o = cfg.stack.openai
-            o.base_url, o.api_key = f"http://{base}/v1", d.args["api_key"]
+            o.base_url, o.api_key, o.warm = f"http://{base}/v1", d.args["api_key"], True
             o.model = Path(cfg.stack.llama.model_path).stem if cfg.stack.llama.model_path else "smollm2"
         else:
             cfg.stack.tts = "sagemaker"
