@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rejoinder import Agent
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.events import EventBus, SpeakableText
 from rejoinder.ports import LLMRequest

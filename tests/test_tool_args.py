@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from rejoinder import Agent, tool
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.events import EventBus, ToolCallEvent
 
