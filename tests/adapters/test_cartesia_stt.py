@@ -29,13 +29,19 @@ async def test_transcribes_real_speech_and_reuses_a_warm_pool(whisper_stt, aster
         stt = CartesiaSTT(url, "local-key", pool=1)
         await stt.connect()
         assert len(stt._idle) == 1
-        for _ in range(2):
-            out = await _drain(stt, x)
-            assert [t.final for t in out] == [True]
-            assert norm(out[-1].text) == norm(ref)
-        assert server.utterances == 2
-        await stt.aclose()
+        await _twice(stt, server, x, norm(ref), norm)
 
+
+
+async def _twice(stt, server, x, want: str, norm) -> None:
+    """Two utterances through ``stt`` are each one final transcript reading ``want`` (after
+    ``norm``); then close."""
+    for _ in range(2):
+        out = await _drain(stt, x)
+        assert [t.final for t in out] == [True]
+        assert norm(out[-1].text) == want
+    assert server.utterances == 2
+    await stt.aclose()
 
 async def test_refused_and_auth_failures():
     with socket.socket() as s:
@@ -136,12 +142,7 @@ async def test_the_asgi_face_speaks_the_same_protocol(whisper_stt, asterisk, nor
             await asyncio.sleep(0.05)
         url = f"ws://127.0.0.1:{port}"
         stt = CartesiaSTT(url, "asgi-key", pool=1)
-        for _ in range(2):
-            out = await _drain(stt, x)
-            assert [t.final for t in out] == [True]
-            assert norm(out[-1].text) == norm(ref)
-        assert server.utterances == 2
-        await stt.aclose()
+        await _twice(stt, server, x, norm(ref), norm)
         with pytest.raises(PortError, match="authentication failed.*CARTESIA_API_KEY"):
             await _drain(CartesiaSTT(url, "wrong", pool=0), x)
         with pytest.raises(InvalidStatus) as err:
