@@ -644,7 +644,8 @@ class Session:
                 turn.draft = None
             return
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
-                                 self.st.now(), self.st.call_id, audio.turn_id))
+                                 self.st.now(), self.st.call_id, audio.turn_id,
+                                 reply.repeated_words(played) if reply else 0))
         if draft is not None and not draft.done_tools():
             # a tool outlives the cut reply: its call and result enter the context once it ends
             async def account() -> None:

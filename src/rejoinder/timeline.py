@@ -82,6 +82,7 @@ class TurnRecord:
     speculation: list[dict[str, Any]] = field(default_factory=list)  # rejoinder.speculation
     commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
     retractions: list[float] = field(default_factory=list)  # commits the transcript took back
+    repeated_words: int = 0  # spoken words heard twice because a recovery said them again
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -178,6 +179,7 @@ class TurnRecord:
             "speculation": self.speculation,
             "commits": [round(t, 3) for t in self.commits],
             "retractions": [round(t, 3) for t in self.retractions],
+            "repeated_words": self.repeated_words,
         }
 
 
@@ -249,6 +251,7 @@ class Timeline:
             if event.interrupted and "playback_start" not in rec.stamps:
                 return  # a reply dropped before the caller heard any of it (the turn reopened)
             rec.heard_text = event.heard_text
+            rec.repeated_words += event.repeated_words
             if event.interrupted:
                 rec.status = "interrupted"
 

@@ -79,7 +79,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     ctl = Table(title="conversation control: over-talk (caller starts → agent audio stops at the caller) "
                 "and recovery gap (ms)", box=box.SIMPLE_HEAD)
     for h in ("N", "over-talk p50", "p95", "n", "recovery gap p50", "p95", "faults", "recoveries",
-              "overlapping audio", "unheard ctx words", "silences >1 s"):
+              "overlapping audio", "unheard ctx words", "repeated words", "silences >1 s"):
         ctl.add_column(h, justify="right")
     shown = False
     for lv in summary["levels"]:
@@ -90,6 +90,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         ctl.add_row(str(lv["concurrency"]), _f(ot["p50"]), _f(ot["p95"]), str(lv.get("overtalk_n", "")),
                     _f(gap["p50"]), _f(gap["p95"]), _f(lv["faults_injected"]), _f(lv["recoveries"]),
                     _f(lv["overlapping_audio"]), _f(lv["unheard_context_words"]),
+                    _f(lv.get("repeated_words")),
                     _f(lv["silences_over_1s_in_reply"]))
     if shown:
         out.print(ctl)

@@ -99,7 +99,9 @@ def failure_causes(calls: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """Barge-in and recovery figures over calls: over-talk (caller starts speaking → agent audio
     stops at the caller) and recovery gap (audio stops → resumed audio at the caller) percentiles,
-    and the counters that must stay 0 (overlapping agent audio, unheard words in the context)."""
+    and the counters that must stay 0 (overlapping agent audio, unheard words in the context,
+    words heard twice because a recovery said them again: ``repeated_words``, None in a run
+    stored before it was counted)."""
     ctl = [c["extra"]["control"] for c in calls if c.get("extra") and c["extra"].get("control")]
 
     def total(key: str) -> int | None:  # None: no call could observe it (a remote agent's internals)
@@ -112,6 +114,7 @@ def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
         "recovery_gap_ms": percentiles(x for c in ctl for x in c["recovery_gap_ms"]),
         "overlapping_audio": total("overlapping_audio"),
         "unheard_context_words": total("unheard_context_words"),
+        "repeated_words": total("repeated_words"),
         "faults_injected": total("faults_injected"),
         "recoveries": total("recoveries"),
         "silences_over_1s_in_reply": total("silences_over_1s"),
