@@ -83,6 +83,18 @@ class TurnRecord:
     commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
     retractions: list[float] = field(default_factory=list)  # commits the transcript took back
     repeated_words: int = 0  # spoken words heard twice because a recovery said them again
+    # what the LLM server reported about serving the turn's requests (rejoinder.ports.ServerTiming
+    # fields, each summed over the requests that reported it; "requests": how many did): {} if none
+    llm_server: dict[str, Any] = field(default_factory=dict)
+
+    def add_server_timing(self, reported: dict[str, Any]) -> None:
+        """Add one LLM request's server-reported timing (``ServerTiming.as_dict()``)."""
+        if not reported:
+            return
+        s = self.llm_server
+        s["requests"] = s.get("requests", 0) + 1
+        for k, v in reported.items():
+            s[k] = round(s.get(k, 0) + v, 3)
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -180,6 +192,7 @@ class TurnRecord:
             "commits": [round(t, 3) for t in self.commits],
             "retractions": [round(t, 3) for t in self.retractions],
             "repeated_words": self.repeated_words,
+            "llm_server": self.llm_server,
         }
 
 
@@ -286,6 +299,8 @@ class Timeline:
             rec.tool_decisions.append({**b.data, "t_ms": round(b.t_ms, 3)})
         elif b.name == "llm_request":
             rec.llm_requests += 1
+        elif b.name == "llm_end" and b.data.get("server"):
+            rec.add_server_timing(b.data["server"])
         elif b.name == "eot_decided":
             rec.commits.append(b.t_ms)
         elif b.name == "transcript_final":

@@ -21,7 +21,15 @@ only for a named ``tool_choice``: with ``"auto"`` and ``stream: true`` it raises
 streaming tool choice is not supported" once the model picks a function, it fails an assertion on
 ``"required"``, and it drops ``tool`` messages from the prompt (use
 ``OpenAICompatLLM(stream_tools=False)`` with it). The server ignores unknown request fields
-(``prompt_cache_key`` included) and keeps only the last prompt's KV prefix.
+(``prompt_cache_key`` and ``stream_options`` included) and keeps only the last prompt's KV prefix.
+
+Server-side timing. Like llama.cpp's own ``llama-server``, :data:`CHAT_FORMAT` answers carry a
+``timings`` object (in the last streamed chunk, and in a whole response): ``prompt_n`` /
+``prompt_ms`` (prompt tokens evaluated and the time spent on them), ``predicted_n`` /
+``predicted_ms`` (tokens evaluated one at a time while generating, and their time), their
+per-token and per-second rates, and ``cache_n`` (prompt tokens reused from the KV cache). They
+are llama.cpp's own performance counters for the request (``llama_perf_context``, reset when
+the request starts), so they cover exactly the model's work, not the HTTP server's.
 """
 
 from __future__ import annotations
@@ -222,6 +230,34 @@ def to_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
                       tool_choice=choice)
 
 
+def perf_reset(llama: Any) -> bool:
+    """Reset llama.cpp's performance counters of ``llama``'s context (``llama_perf_context_reset``);
+    False when this build of llama-cpp-python has none."""
+    from llama_cpp import llama_cpp as C
+
+    ctx = getattr(getattr(llama, "_ctx", None), "ctx", None)
+    if ctx is None or not hasattr(C, "llama_perf_context_reset"):
+        return False
+    C.llama_perf_context_reset(ctx)
+    return True
+
+
+def timings(llama: Any, cached: int) -> dict[str, Any]:
+    """llama.cpp server's ``timings`` object for the request since :func:`perf_reset`, from
+    ``llama_perf_context`` (``n_p_eval``/``t_p_eval_ms``: prompt; ``n_eval``/``t_eval_ms``:
+    generation); ``cached``: prompt tokens reused from the KV cache (``cache_n``)."""
+    from llama_cpp import llama_cpp as C
+
+    d = C.llama_perf_context(llama._ctx.ctx)
+    pn, pms, gn, gms = int(d.n_p_eval), float(d.t_p_eval_ms), int(d.n_eval), float(d.t_eval_ms)
+    return {"cache_n": cached, "prompt_n": pn, "prompt_ms": round(pms, 3),
+            "prompt_per_token_ms": round(pms / pn, 3) if pn else None,
+            "prompt_per_second": round(1000.0 * pn / pms, 3) if pms > 0 else None,
+            "predicted_n": gn, "predicted_ms": round(gms, 3),
+            "predicted_per_token_ms": round(gms / gn, 3) if gn else None,
+            "predicted_per_second": round(1000.0 * gn / gms, 3) if gms > 0 else None}
+
+
 def _delta_json(i: int, c: ToolCall) -> dict[str, Any]:
     return {"index": i, "id": c.id, "type": "function",
             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
@@ -242,7 +278,14 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
     request = to_request(messages, tools, tool_choice, temperature=temperature,
                          max_tokens=max_tokens, stop=stop, response_format=response_format)
     cid, created, name = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model or "default"
+    timed = perf_reset(llama)  # requests are serialised: the counters are this request's
     deltas = engine.generate(request, threading.Event())
+
+    def server_timings() -> dict[str, Any]:
+        if not timed:
+            return {}
+        s = engine.last_stats
+        return {"timings": timings(llama, max(0, s.prompt - s.prefilled))}
 
     def finish(calls: list[ToolCall]) -> str:
         if calls:
@@ -270,7 +313,8 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
                 del t["index"]
         return {"id": cid, "object": "chat.completion", "created": created, "model": name,
                 "choices": [{"index": 0, "message": msg, "logprobs": None,
-                             "finish_reason": finish(calls)}], "usage": usage()}
+                             "finish_reason": finish(calls)}], "usage": usage(),
+                **server_timings()}
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
@@ -291,7 +335,7 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
                     yield chunk({"content": d})
         finally:
             deltas.close()
-        yield chunk({}, finish(calls))
+        yield {**chunk({}, finish(calls)), "usage": usage(), **server_timings()}
 
     return chunks()
 
