@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterable
 
 from .events import (AgentSpeech, Boundary, CallEnd, ErrorEvent, Event, Recovery, Speculation,
                      StepEntered, ToolCallEvent, TranscriptEvent, TurnDecision, event_to_dict)
@@ -89,12 +89,8 @@ class TurnRecord:
 
     def add_server_timing(self, reported: dict[str, Any]) -> None:
         """Add one LLM request's server-reported timing (``ServerTiming.as_dict()``)."""
-        if not reported:
-            return
-        s = self.llm_server
-        s["requests"] = s.get("requests", 0) + 1
-        for k, v in reported.items():
-            s[k] = round(s.get(k, 0) + v, 3)
+        if reported:
+            self.llm_server = sum_reported([self.llm_server, {"requests": 1, **reported}])
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -194,6 +190,16 @@ class TurnRecord:
             "repeated_words": self.repeated_words,
             "llm_server": self.llm_server,
         }
+
+
+def sum_reported(parts: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
+    """Key-wise sums of server-reported figures (``TurnRecord.llm_server`` dicts; None and ``{}``
+    add nothing): a call's or a run's total of what the LLM server reported."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for k, v in (part or {}).items():
+            out[k] = round(out.get(k, 0) + v, 3)
+    return out
 
 
 class Timeline:

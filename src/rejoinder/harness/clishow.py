@@ -94,6 +94,13 @@ def print_summary(summary: dict[str, Any]) -> None:
                     _f(lv["silences_over_1s_in_reply"]))
     if shown:
         out.print(ctl)
+    for lv in summary["levels"]:
+        if s := lv.get("llm_server"):  # reported by the server itself (llama.cpp timings, usage)
+            out.print(f"LLM server, N={lv['concurrency']}: {s.get('requests', 0)} requests reported; "
+                      f"prompt {s.get('prompt_tokens', '—')} tokens evaluated "
+                      f"({s.get('cached_tokens', '—')} cached) in {_f(s.get('prompt_ms'))} ms, "
+                      f"generated {s.get('generated_tokens', '—')} tokens in "
+                      f"{_f(s.get('generated_ms'))} ms ({_f(s.get('generated_tokens_per_s'))} tokens/s)")
     print_turn_taking(summary)
     cap = summary["capacity"]
     if cap.get("concurrency") is not None:

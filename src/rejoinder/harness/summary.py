@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..dictation import dictated_digits
-from ..timeline import SEGMENTS
+from ..timeline import SEGMENTS, sum_reported
 from .eotsummary import eot_summary
 from .stats import percentiles
 from .store import RunStore
@@ -69,6 +69,7 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
         **control_summary(calls),
         "turn_taking": turn_taking_summary(turns, calls),
+        "llm_server": llm_server_summary(calls),
         **eot_summary(calls),
     }
     if stats:
@@ -119,6 +120,20 @@ def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
         "recoveries": total("recoveries"),
         "silences_over_1s_in_reply": total("silences_over_1s"),
     }
+
+
+def llm_server_summary(calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the LLM server reported about its own work over the calls
+    (:class:`rejoinder.ports.ServerTiming` fields summed; ``requests``: how many requests
+    reported), with its prompt and generation speeds in tokens/s; None when no server reported
+    (an in-process LLM, or a server that reports nothing)."""
+    tot = sum_reported((c.get("extra") or {}).get("llm_server") for c in calls)
+    if not tot:
+        return None
+    for kind in ("prompt", "generated"):
+        if tot.get(f"{kind}_ms") and f"{kind}_tokens" in tot:
+            tot[f"{kind}_tokens_per_s"] = round(1000.0 * tot[f"{kind}_tokens"] / tot[f"{kind}_ms"], 1)
+    return tot
 
 
 def turn_taking_summary(turns: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, Any]:
