@@ -26,10 +26,10 @@ streaming tool choice is not supported" once the model picks a function, it fail
 Server-side timing. Like llama.cpp's own ``llama-server``, :data:`CHAT_FORMAT` answers carry a
 ``timings`` object (in the last streamed chunk, and in a whole response): ``prompt_n`` /
 ``prompt_ms`` (prompt tokens evaluated and the time spent on them), ``predicted_n`` /
-``predicted_ms`` (tokens evaluated one at a time while generating, and their time), their
-per-token and per-second rates, and ``cache_n`` (prompt tokens reused from the KV cache). They
-are llama.cpp's own performance counters for the request (``llama_perf_context``, reset when
-the request starts), so they cover exactly the model's work, not the HTTP server's.
+``predicted_ms`` (tokens generated, and the time from the first to the last), their per-token
+and per-second rates, and ``cache_n`` (prompt tokens reused from the KV cache), measured by the
+server on its own clock around the model call (:class:`RequestTimer`), as llama.cpp's server
+does: they leave out the HTTP exchange and any wait before the request reached the model.
 """
 
 from __future__ import annotations
@@ -230,32 +230,37 @@ def to_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
                       tool_choice=choice)
 
 
-def perf_reset(llama: Any) -> bool:
-    """Reset llama.cpp's performance counters of ``llama``'s context (``llama_perf_context_reset``);
-    False when this build of llama-cpp-python has none."""
-    from llama_cpp import llama_cpp as C
+class RequestTimer:
+    """The server's own clock on one request (``time.perf_counter``), kept as llama.cpp's server
+    keeps its ``timings``: the prompt from the start of generation to the first token out
+    (``prompt_ms``), the generation from there to the last (``predicted_ms``)."""
 
-    ctx = getattr(getattr(llama, "_ctx", None), "ctx", None)
-    if ctx is None or not hasattr(C, "llama_perf_context_reset"):
-        return False
-    C.llama_perf_context_reset(ctx)
-    return True
+    def __init__(self) -> None:
+        self.start = self.first = self.end = 0.0
 
+    def wrap(self, deltas: Iterator[Any]) -> Iterator[Any]:
+        """Re-yield ``deltas``, noting when the first text or call and the end come."""
+        self.start = time.perf_counter()
+        for d in deltas:
+            if not self.first and not isinstance(d, ToolDecision):
+                self.first = time.perf_counter()
+            yield d
+        self.end = time.perf_counter()
 
-def timings(llama: Any, cached: int) -> dict[str, Any]:
-    """llama.cpp server's ``timings`` object for the request since :func:`perf_reset`, from
-    ``llama_perf_context`` (``n_p_eval``/``t_p_eval_ms``: prompt; ``n_eval``/``t_eval_ms``:
-    generation); ``cached``: prompt tokens reused from the KV cache (``cache_n``)."""
-    from llama_cpp import llama_cpp as C
-
-    d = C.llama_perf_context(llama._ctx.ctx)
-    pn, pms, gn, gms = int(d.n_p_eval), float(d.t_p_eval_ms), int(d.n_eval), float(d.t_eval_ms)
-    return {"cache_n": cached, "prompt_n": pn, "prompt_ms": round(pms, 3),
-            "prompt_per_token_ms": round(pms / pn, 3) if pn else None,
-            "prompt_per_second": round(1000.0 * pn / pms, 3) if pms > 0 else None,
-            "predicted_n": gn, "predicted_ms": round(gms, 3),
-            "predicted_per_token_ms": round(gms / gn, 3) if gn else None,
-            "predicted_per_second": round(1000.0 * gn / gms, 3) if gms > 0 else None}
+    def timings(self, prompt: int, prefilled: int, generated: int) -> dict[str, Any]:
+        """llama.cpp server's ``timings`` object: ``prompt_n`` (prompt tokens evaluated, i.e.
+        ``prefilled``), ``cache_n`` (reused from the KV cache), ``predicted_n`` (generated), their
+        times (ms) and rates."""
+        end = self.end or time.perf_counter()
+        first = self.first or end
+        pms, gms = 1000.0 * (first - self.start), 1000.0 * (end - first)
+        pn, gn = prefilled, generated
+        return {"cache_n": max(0, prompt - prefilled), "prompt_n": pn, "prompt_ms": round(pms, 3),
+                "prompt_per_token_ms": round(pms / pn, 3) if pn else None,
+                "prompt_per_second": round(1000.0 * pn / pms, 3) if pms > 0 else None,
+                "predicted_n": gn, "predicted_ms": round(gms, 3),
+                "predicted_per_token_ms": round(gms / gn, 3) if gn else None,
+                "predicted_per_second": round(1000.0 * gn / gms, 3) if gms > 0 else None}
 
 
 def _delta_json(i: int, c: ToolCall) -> dict[str, Any]:
@@ -278,14 +283,13 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
     request = to_request(messages, tools, tool_choice, temperature=temperature,
                          max_tokens=max_tokens, stop=stop, response_format=response_format)
     cid, created, name = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model or "default"
-    timed = perf_reset(llama)  # requests are serialised: the counters are this request's
-    deltas = engine.generate(request, threading.Event())
+    timer = RequestTimer()
+    raw = engine.generate(request, threading.Event())
+    deltas = timer.wrap(raw)
 
     def server_timings() -> dict[str, Any]:
-        if not timed:
-            return {}
         s = engine.last_stats
-        return {"timings": timings(llama, max(0, s.prompt - s.prefilled))}
+        return {"timings": timer.timings(s.prompt, s.prefilled, s.generated)}
 
     def finish(calls: list[ToolCall]) -> str:
         if calls:
@@ -335,6 +339,7 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
                     yield chunk({"content": d})
         finally:
             deltas.close()
+            raw.close()
         yield {**chunk({}, finish(calls)), "usage": usage(), **server_timings()}
 
     return chunks()
