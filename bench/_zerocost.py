@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rejoinder.agent import Agent
-from rejoinder.caller import RenderedTurn, voiced_span
+from rejoinder.harness.caller import RenderedTurn, voiced_span
 from rejoinder.ports import Transcript, TTSAudio
 from rejoinder.scenario import CallerTurn, Segment
 

@@ -51,7 +51,7 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
     import psutil
 
     import _zerocost as zc
-    from rejoinder.callrun import run_call
+    from rejoinder.harness.callrun import run_call
     from rejoinder.clock import RealClock
 
     try:

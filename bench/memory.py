@@ -32,7 +32,7 @@ def _child(minutes: float) -> dict:
     import psutil
 
     import _zerocost as zc
-    from rejoinder.callrun import run_call
+    from rejoinder.harness.callrun import run_call
     from rejoinder.clock import VirtualClock
 
     proc = psutil.Process()

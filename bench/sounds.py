@@ -26,7 +26,7 @@ import numpy as np
 from rejoinder.adapters.whisper_stt import WhisperSTT
 from rejoinder.app.support import agent
 from rejoinder.audio_io import load_audio, resample
-from rejoinder.caller import render_turns
+from rejoinder.harness.caller import render_turns
 from rejoinder.harness.suite import SUITES_DIR
 from rejoinder.scenario import ASTERISK_DIR, load_scenario
 from rejoinder.sounds import Heard, SoundPolicy, level_dbfs, noise_verdict, overlap_verdict

@@ -6,7 +6,7 @@ import numpy as np
 import soundfile as sf
 
 from rejoinder.audioring import AudioRing
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.events import EventBus
 from rejoinder.session import AUDIO_RING_S, LINE_RATE, Session

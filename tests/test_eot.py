@@ -8,7 +8,7 @@ import pytest
 
 from rejoinder.agent import Agent
 from rejoinder.callmetrics import endpointing_metrics, longest_silences
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.completeness import read_transcript
 from rejoinder.events import EventBus, SpeakableText, Speculation

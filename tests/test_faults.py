@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rejoinder.agent import Agent
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
 from rejoinder.events import AgentSpeech, Boundary, EventBus, Recovery, TurnDecision

@@ -8,7 +8,7 @@ import pytest
 
 from rejoinder.adapters.faults import FaultyLLM, FaultyTTS, parse_faults
 from rejoinder.agent import Agent
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.errors import ConfigError
 from rejoinder.events import EventBus, Recovery, SpeakableText

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from rejoinder.adapters.faults import FaultyLLM, FaultyTTS, parse_faults
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.events import AgentSpeech, EventBus, Recovery
 from rejoinder.harness.summary import control_summary

@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rejoinder.caller import RenderedTurn, voiced_span
-from rejoinder.callrun import run_call
+from rejoinder.harness.caller import RenderedTurn, voiced_span
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
 from rejoinder.events import EventBus, SpeakableText
 from rejoinder.scenario import CallerTurn, Segment
-from rejoinder.session import Stack, number_incomplete
+from rejoinder.session import Stack
+from rejoinder.turntext import number_incomplete
 from rejoinder.text import normalize_for_speech
 from rejoinder.timeline import SEGMENTS
 

@@ -11,8 +11,8 @@ import pytest
 
 from rejoinder import Agent, AgentStep, HangUp, tool
 from rejoinder.calltools import end_call, handoff, transfer_to_human
-from rejoinder.callrun import run_call
-from rejoinder.caller import SimulatedCaller
+from rejoinder.harness.callrun import run_call
+from rejoinder.harness.caller import SimulatedCaller
 from rejoinder.clock import VirtualClock
 from rejoinder.errors import ConfigError
 from rejoinder.events import CallEnd, EventBus, StepEntered

@@ -18,7 +18,7 @@ import pytest
 
 import rejoinder
 from rejoinder import telemetry
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.timeline import SEGMENTS
 
@@ -170,7 +170,7 @@ def test_nothing_is_imported_or_subscribed_without_otel_variables():
         import asyncio, os, sys
         sys.path[:0] = [{SRC!r}, {TESTS!r}]
         from rejoinder.events import EventBus
-        from rejoinder.callrun import run_call
+        from rejoinder.harness.callrun import run_call
         from rejoinder.clock import VirtualClock
         from fakes import scripted_agent, tone
         from test_session import make_stack, turn

@@ -379,3 +379,24 @@ def test_normalize_leaves_no_digits_or_markdown_in_chunks() -> None:
 def test_identifier_after_a_comma_is_read_digit_by_digit():
     assert normalize_for_speech("Your other order, 5031, is on its way.") == \
         "Your other order, five zero three one, is on its way."
+
+
+def test_take_clause_takes_up_to_the_last_safe_clause_boundary():
+    c = SpeakableChunker()
+    assert c.push("Thanks for waiting. ") == ["Thanks for waiting."]  # the first chunk
+    # a later sentence waits for its end ...
+    assert c.push("Your order 4217, the wireless headphones, shipped on Friday, December 4, and") == []
+    # ... unless the line is running dry: the last clause boundary that is safe (not the comma
+    # inside "Friday, December 4", whose next word has arrived) with enough words before it
+    assert c.take_clause() == " Your order 4217, the wireless headphones, shipped on Friday, December 4,"
+    assert c.take_clause() is None  # " and": no boundary left
+    assert c.push(" it arrives Wednesday. ") == [" and it arrives Wednesday."]
+
+
+def test_take_clause_needs_words_and_a_resolved_boundary():
+    c = SpeakableChunker()
+    c.push("Thanks for waiting. ")
+    c.push("So,")          # the boundary's next character has not arrived
+    assert c.take_clause() is None
+    c.push(" well")        # resolved, but one word before it (min_first_words 3)
+    assert c.take_clause() is None

@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.vad import VadTracker
 from rejoinder.vadbatch import BatchedVAD, VadBatcher

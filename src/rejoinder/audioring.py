@@ -4,8 +4,8 @@ A session needs the caller's audio only to transcribe a turn (from its onset), t
 sound over a reply and to run the end-of-turn model (the last ≤ 8 s). :class:`AudioRing` keeps
 the last ``seconds`` of it as int16 (2 bytes a sample: 32 s at 16 kHz is 1 MB), addressed by
 call-clock time; older audio is overwritten. The whole call goes to disk through the recorder
-(``callrun``'s ``call.wav``, the server's ``caller.wav``), never into memory: a 10-minute call
-kept whole as float32 was about 37 MB (issue 17, failure kind 9).
+(:mod:`rejoinder.harness.callrun`'s ``call.wav``, the server's ``caller.wav``), never into
+memory: a 10-minute call kept whole as float32 was about 37 MB (issue 17, failure kind 9).
 
 Writing a frame is one copy into the ring: no allocation per frame.
 """

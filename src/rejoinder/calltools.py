@@ -17,7 +17,7 @@ the simulated caller hears the last sample), with a watchdog on the call clock w
 confirmation comes. If the caller speaks over that last reply, the call goes on.
 
 How a transfer reaches the transport: in-process (``rejoinder call``, ``bench``) it is recorded
-(:attr:`rejoinder.callrun.CallResult.transfer`); over ``/ws`` the client gets a ``transfer``
+(:attr:`rejoinder.harness.callrun.CallResult.transfer`); over ``/ws`` the client gets a ``transfer``
 message; over ``/twilio`` the server runs its configured transfer action (``serve
 --transfer-webhook URL``: a POST with the call and the TwiML ``<Dial>`` to run) and closes the
 stream. See ``server/PROTOCOL.md``.

@@ -70,6 +70,18 @@ class Step:
     runs: list[ToolRun] = field(default_factory=list)
 
 
+
+def _as_run(tool: Any, arguments: Any) -> dict[str, Any]:
+    """The arguments a call runs with, as recorded on the timeline: the LLM's ``arguments``
+    after the tool's validators (``"4, 2, 1, 7"`` → ``"4217"`` for a normalising type), or
+    as written when they do not validate (the run then fails with the reason)."""
+    if tool is not None:
+        try:
+            return tool.params.model_validate(arguments or {}).model_dump(mode="json")
+        except ValueError:  # pydantic's ValidationError: recorded as written
+            pass
+    return dict(arguments or {})
+
 class Conversation:
     """The chat with the LLM for one call (see the module docstring)."""
 
@@ -154,7 +166,8 @@ class Conversation:
         tool = agent.tools.get(call.name)
         run = ToolRun(call, tentative=tentative)
         reversible = bool(tool and tool.reversible)
-        self.st.stamp("tool_start", turn_id, name=call.name, args=dict(call.arguments),
+        args = _as_run(tool, call.arguments)
+        self.st.stamp("tool_start", turn_id, name=call.name, args=args,
                       reversible=reversible, tentative=tentative)
         try:
             if tool is None:
@@ -173,7 +186,7 @@ class Conversation:
             run.error = f"{call.name} timed out after {tool.timeout_s:g} s"  # type: ignore[union-attr]
         finally:
             self.st.stamp("tool_end", turn_id, name=call.name, error=run.error)
-        self.st.emit(ToolCallEvent(call.name, dict(call.arguments), reversible, self.st.now(),
+        self.st.emit(ToolCallEvent(call.name, args, reversible, self.st.now(),
                                    self.st.call_id, turn_id, result=run.result, error=run.error))
         return run
 

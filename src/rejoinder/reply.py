@@ -170,6 +170,10 @@ def _written_heard(written: list[str], n_spoken: int, heard: int) -> int:
 RECOVERY_SPOKEN = "Sorry, I'm having trouble speaking. Could you say that again?"
 LEAD_LEVEL = 328       # int16 peak ≈ -40 dBFS: the playout's "voiced" level
 LEAD_MARGIN_MS = 15.0  # kept before the first voiced sample so the onset is not clipped
+#: audio queued ahead of the caller (ms) below which a later chunk is cut at a clause boundary
+#: instead of waiting for its sentence's end: more than a clause's synthesis (Piper ≈ 100–300 ms
+#: on 2 cores, ../shared/MODELS.md), so the next audio is ready before the line goes quiet
+RUN_DRY_MS = 600.0
 
 
 def _leading_silence(pcm: np.ndarray, rate: int) -> int:
@@ -249,10 +253,20 @@ class Reply:
                     step = item.step
                 for chunk in chunker.push(item.text) + (chunker.flush() if source != "llm" else []):
                     put(chunk, source, step)  # the runtime's own lines are complete
+                if queue.empty() and self._running_dry() and (clause := chunker.take_clause()):
+                    put(clause, source, step)  # a clause now, not silence
             for chunk in chunker.flush():
                 put(chunk, source, step)
         finally:
             queue.put_nowait(None)
+
+    def _running_dry(self) -> bool:
+        """This reply has started playing and has less than ``RUN_DRY_MS`` of audio queued ahead
+        of the caller, with nothing waiting to be synthesised: the next chunk should go now."""
+        audio = self.playout.reply
+        if audio is None or audio.turn_id != self.turn_id or not audio.queued:
+            return False
+        return (audio.queued - audio.played) * 1000.0 / self.playout.rate < RUN_DRY_MS
 
     def _long_wait(self, item: "Say") -> bool:
         """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more."""

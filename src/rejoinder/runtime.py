@@ -15,8 +15,8 @@ from pathlib import Path
 from . import gctune
 from .adapters.registry import BUILDERS, build_stack, validate
 from .agent import Agent, call_hook, load_agent
-from .caller import RenderedTurn, render_turns
-from .callrun import CallResult, run_call
+from .harness.caller import RenderedTurn, render_turns
+from .harness.callrun import CallResult, run_call
 from .adapters.faults import FaultyLLM, FaultySTT, FaultyTTS, parse_faults
 from .clock import Clock, RealClock
 from .config import AgentConfig
@@ -150,7 +150,7 @@ class Runtime:
                    call_id: str | None = None, bus: EventBus | None = None,
                    tail_ms: float = 2500.0, max_ms: float = 900000.0,
                    turn_policy: dict | None = None) -> CallResult:
-        """Run one simulated call; see :func:`rejoinder.callrun.run_call`. The result carries the
+        """Run one simulated call; see :func:`rejoinder.harness.callrun.run_call`. The result carries the
         agent's final state (``final_state``) for the harness's checks. ``turn_policy``:
         turn-taking settings for this call over the configured ones (a scenario's
         ``turn_policy``, e.g. idle handling)."""

@@ -46,8 +46,8 @@ from . import telemetry
 from .adapters.nova_sonic import NovaSonic, NovaSonicStream
 from .adapters.nova_sonic_events import OutputEvent
 from .agent import Agent, call_hook, load_agent
-from .callrun import CallResult, Overtalk, close_records
-from .caller import FRAME, RATE, RenderedTurn, SimulatedCaller
+from .harness.callrun import CallResult, Overtalk, close_records
+from .harness.caller import FRAME, RATE, RenderedTurn, SimulatedCaller
 from .clock import Clock, RealClock
 from .config import AgentConfig
 from .conversation import Conversation, Step
@@ -230,7 +230,7 @@ class S2SRuntime:
                    call_id: str | None = None, bus: EventBus | None = None,
                    tail_ms: float = 2500.0, max_ms: float = 900000.0,
                    turn_policy: dict | None = None) -> CallResult:
-        """Run one simulated call (as :func:`rejoinder.callrun.run_call`, over the service).
+        """Run one simulated call (as :func:`rejoinder.harness.callrun.run_call`, over the service).
 
         Raises:
             PortError: the session could not be opened.

@@ -14,8 +14,11 @@ reversible tool runs are compensated. The agent (instructions, tools) is the use
 :class:`~rejoinder.agent.Agent`; the session imports no application code.
 
 Each live caller turn has one owner, a :class:`~rejoinder.turnrun.TurnRun` (its transcription,
-draft, reply and the text judged for it; the invariants are written there). Transports use the
-public :class:`rejoinder.LiveSession`, which feeds this class and paces its playout.
+draft, reply and the text judged for it; its lifecycle methods and invariants are written there),
+kept in one :class:`~rejoinder.turnrun.TurnRuns`; the session spawns the turn's tasks, stamps the
+timeline and calls those methods. A transcript is judged by :mod:`rejoinder.turntext` (a number
+still read out, noise, how it reads). Transports use the public :class:`rejoinder.LiveSession`,
+which feeds this class and paces its playout.
 """
 
 from __future__ import annotations
@@ -29,24 +32,23 @@ import numpy as np
 from .agent import Agent
 from .audio_io import resample
 from .audioring import AudioRing
-from .clock import wait_within
-from .completeness import read_transcript, text_complete  # noqa: F401 — text_complete re-exported
-from .conversation import Conversation, Step, undo_runs
-from .dictation import dictated_digits, number_open
+from .conversation import Conversation, Step
 from .ending import CallEnder
-from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
+from .events import AgentSpeech, ErrorEvent, TranscriptEvent, TurnDecision
 from .flow import Transfer
 from .line import Playout, ReplyAudio
 from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply, Say
 from .respond import Draft
-from .speculation import same_request, speculation_event
-from .sounds import Heard, level_dbfs, noise_verdict, overlap_verdict, words
+from .sounds import Heard, level_dbfs, overlap_verdict
+from .speculation import speculation_event
 from .stages import Stamper, timed_stt
+from .sttwait import final_transcript, short_sound
 from .tools import CallContext
-from .turnrun import TurnRun
+from .turnrun import TurnRuns
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
                     Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
+from .turntext import digit_group, judge_pause, number_still_open
 from .vad import VadTracker
 
 LINE_RATE = 16000
@@ -57,12 +59,6 @@ GAP_HOLDBACK_MS = 200.0  # silence is filled in only up to this long before now 
 AUDIO_RING_S = 32.0  # caller audio kept in memory (s): a turn longer than this keeps its end
 DIDNT_CATCH = "Sorry, I didn't catch that. Could you say it again?"
 RETRACTIONS = ("digit_hold", "incomplete")  # CancelReply reasons that take a commit back
-
-
-def number_incomplete(text: str) -> bool:
-    """True when ``text`` ends in a number still being read out, with the default number
-    formats and no context (:func:`rejoinder.dictation.number_open`)."""
-    return number_open(text)
 
 
 @dataclass
@@ -116,7 +112,7 @@ class Session:
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)
         self.audio = AudioRing(LINE_RATE, AUDIO_RING_S)  # the caller's recent audio (bounded)
-        self.turns: dict[int, TurnRun] = {}  # the live turns' owners (rejoinder.turnrun)
+        self.turns = TurnRuns()  # the live turns' owners (rejoinder.turnrun)
         # accounting for dropped work (compensations, tools still running): later drafts wait
         self._settling: set[asyncio.Task] = set()
         self.preemptive = preemptive
@@ -140,7 +136,7 @@ class Session:
     @property
     def hangup(self) -> str | None:
         """Why the agent has ended the call (None: it has not); the transport must then close
-        the line (callrun stops, the server closes the socket)."""
+        the line (:mod:`rejoinder.harness.callrun` stops, the server closes the socket)."""
         return self.ender.hangup
 
     @property
@@ -235,7 +231,7 @@ class Session:
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             if stage.startswith("stt"):
-                return  # awaited and recovered by _final_transcript
+                return  # awaited and recovered by rejoinder.sttwait
             self.st.emit(ErrorEvent(stage, repr(exc), False, self.st.now(), self.st.call_id, turn_id))
             self.errors.append(exc)
             if stage == "reply":  # a failed reply must not leave the agent stuck in "thinking"
@@ -248,23 +244,20 @@ class Session:
             elif isinstance(a, CancelReply):  # the tentative transcript is stale
                 self._discard_draft(a.turn_id, a.reason)
             if isinstance(a, OpenTurn):
-                self._prune(a.turn_id)
-                self._run(a.turn_id).onset_ms = a.onset_ms
+                self.turns.prune(a.turn_id)
+                self.turns.open(a.turn_id).onset_ms = a.onset_ms
                 self.st.stamp("user_speech_start", a.turn_id, a.onset_ms, estimated=True)
             elif isinstance(a, Speculate):
                 self.st.stamp("user_speech_end", a.turn_id, a.end_ms, estimated=True)
-                run = self._run(a.turn_id)
-                if run.spec:
-                    run.spec[1].cancel()
-                run.interim = run.interim_at = None  # an earlier pause's interim is stale
                 stt = self._spawn(self._transcribe(a.turn_id, a.end_ms), a.turn_id, "stt")
-                run.spec = (a.end_ms, stt)
+                self.turns.open(a.turn_id).speculate(a.end_ms, stt)
                 self._spawn(self._endpoint(a.turn_id, a.end_ms), a.turn_id, "turn")
             elif isinstance(a, Commit):
                 self.st.stamp("eot_decided", a.turn_id, reason=a.reason, probability=a.probability)
                 self.st.emit(TurnDecision(True, a.probability, a.reason, self.st.now(),
                                           self.st.call_id, a.turn_id))
-                self._run(a.turn_id).reply_task = self._spawn(self._reply(a.turn_id), a.turn_id, "reply")
+                reply = self._spawn(self._reply(a.turn_id), a.turn_id, "reply")
+                self.turns.open(a.turn_id).commit(reply)
             elif isinstance(a, CancelReply):
                 self._cancel_reply(a.turn_id, a.reason)
                 if a.reason in RETRACTIONS:
@@ -273,46 +266,33 @@ class Session:
                 self.playout.hold(self.st.now())  # stop talking over the caller at once
             elif isinstance(a, Resume):
                 self.playout.resume()
-                self.st.emit(TurnDecision(False, 0.0, a.reason, self.st.now(), self.st.call_id,
-                                          a.turn_id))
+                self._decided(a.turn_id, a.reason)
             elif isinstance(a, CheckBackchannel):
                 self._spawn(self._check_backchannel(a), a.turn_id, "stt")
             elif isinstance(a, Reject):
-                heard = self._run(a.turn_id).heard
-                self.st.emit(TurnDecision(False, 0.0, "rejected_noise", self.st.now(), self.st.call_id,
-                                          a.turn_id, {"why": a.reason, **(heard[1].as_dict() if heard else {})}))
+                judged = self.turns.open(a.turn_id).judged
+                heard = judged.heard.as_dict() if judged else {}
+                self._decided(a.turn_id, "rejected_noise", {"why": a.reason, **heard})
             elif isinstance(a, Reprompt):
                 self._say_later(a.turn_id, self.policy.idle.reprompt_text, "idle_prompt")
             elif isinstance(a, EndCall):
                 self._say_later(a.turn_id, self.policy.idle.goodbye_text, "idle_prompt", hangup=a.reason)
 
-    def _run(self, turn_id: int) -> TurnRun:
-        run = self.turns.get(turn_id)
-        if run is None:
-            run = self.turns[turn_id] = TurnRun(turn_id)
-        return run
-
-    def _prune(self, current: int) -> None:
-        """Forget earlier turns that have nothing left running or on the line."""
-        for tid, run in list(self.turns.items()):
-            if tid < current and run.speaking is None and not run.busy():
-                del self.turns[tid]
+    def _decided(self, turn_id: int, reason: str, data: dict[str, Any] | None = None) -> None:
+        """A :class:`TurnDecision` that commits nothing (see its ``reason``s), on the timeline."""
+        self.st.emit(TurnDecision(False, 0.0, reason, self.st.now(), self.st.call_id, turn_id,
+                                  data or {}))
 
     def _retracted(self, turn_id: int, why: str) -> None:
         """The transcript took a commit back (a number still read out, a dangling ending):
         marked on the timeline (:mod:`rejoinder.callmetrics` tells it from a false cut-off)."""
-        self.st.emit(TurnDecision(False, 0.0, "retracted", self.st.now(), self.st.call_id, turn_id,
-                                  {"why": why}))
+        self._decided(turn_id, "retracted", {"why": why})
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
-        run = self._run(turn_id)
-        run.reopened = reason != "barge_in"  # the turn goes on (reopen, digits, noise)
+        run = self.turns.open(turn_id)
+        run.cut(reason)
         if run.reopened and reason != "noise":  # the dropped reply's timings are not the turn's
-            self.st.emit(TurnDecision(False, 0.0, "reopen", self.st.now(), self.st.call_id,
-                                      turn_id, {"why": reason}))
-        if run.reply_task is not None:
-            run.reply_task.cancel()
-            run.reply_task = None
+            self._decided(turn_id, "reopen", {"why": reason})
         self.ender.reply_done(turn_id, True, self.st.now())  # a dropped goodbye ends nothing
         if self.playout.reply is not None and self.playout.reply.turn_id == turn_id:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
@@ -321,34 +301,29 @@ class Session:
         return self.audio.segment(start_ms, end_ms)
 
     async def _transcribe(self, turn_id: int, end_ms: float) -> str:
-        run = self._run(turn_id)
+        run = self.turns.open(turn_id)
         onset = run.onset_ms
         tr = Transcript("", True)
         async for tr in timed_stt(self.st, turn_id, self.stack.stt,
                                   self._turn_audio(onset - PREROLL_MS, end_ms + TAIL_MS)):
-            if not tr.final and run.spec is not None and run.spec[0] == end_ms:
-                run.interim, run.interim_at = tr.text.strip(), self.st.now()
+            if not tr.final:
+                run.note_interim(end_ms, tr.text.strip(), self.st.now())
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
         text = tr.text.strip()
-        if run.spec is not None and run.spec[0] == end_ms:  # still the latest pause
+        if run.latest(end_ms):
             heard = Heard(text, end_ms - onset, tr.no_speech_prob, tr.avg_logprob,
                           level_dbfs(self._segment(onset, end_ms)))
-            held = self._number_open(text, turn_id)
-            prev = run.heard
-            if not held and prev is not None and prev[2] and len(words(text)) < len(words(prev[1].text)):
-                held = True  # more speech, fewer words: the STT dropped the digits; keep holding
-            run.heard = (end_ms, heard, held)
-            noise = noise_verdict(heard, self.policy.sounds)
-            r = read_transcript(text, number_open=held,
-                                number_complete=not held and dictated_digits(text) >= 3)
-            self._settle_parked(turn_id, text, fits=not held and noise is None)
+            v = run.judged = judge_pause(end_ms, heard, self.policy, previous=run.judged,
+                                         agent_said=self._agent_said, pauses=tuple(run.pauses))
+            if run.unpark(text, fits=v.fits):  # a parked draft answers another request
+                self._discard_draft(turn_id, "transcript_changed")
+            r = v.reading
             self._perform(self.taker.transcript_result(
-                turn_id, r.complete, held, self.st.now(), question=r.question, noise=noise,
+                turn_id, r.complete, v.held, self.st.now(), question=r.question, noise=v.noise,
                 number_complete=r.number_complete, dangling=r.dangling))
             if (self.taker.turn_id == turn_id and self.taker.state is State.USER_PAUSED
-                    and self.preemptive and text and not held and noise is None  # not on noise
-                    and not r.dangling and run.draft is None):
+                    and self.preemptive and v.drafts and run.draft is None):
                 self._start_draft(turn_id, text, tentative=True)
         return text
 
@@ -359,32 +334,20 @@ class Session:
             audio = resample(audio, LINE_RATE, self.stack.stt.sample_rate)
         yield audio
 
-    def _number_open(self, text: str, turn_id: int) -> bool:
-        """``text`` ends in a number still being read out (the agent's last words as context,
-        the caller's long pauses in the turn as its digit groups)."""
-        run = self.turns.get(turn_id)
-        return number_open(text, self._agent_said, self.policy.numbers,
-                           tuple(run.pauses) if run else ())
-
     def _note_group(self, onset_ms: float) -> None:
-        """Speech resumes in a paused turn: after a long pause inside a number, the digits read
-        so far close a group (a phone number read 3-3-4 however the STT writes the digits)."""
+        """Speech resumes: after a long pause inside a number, the digits read so far close a
+        group (:func:`rejoinder.turntext.digit_group`)."""
         t = self.taker
         run = self.turns.get(t.turn_id)
-        if run is None or run.heard is None:
-            return
-        end_ms, heard, _ = run.heard
-        if (t.state in (State.USER_PAUSED, State.THINKING) and end_ms == t.last_voiced_ms
-                and onset_ms - t.last_voiced_ms >= self.policy.numbers.group_pause_ms):
-            n = dictated_digits(heard.text)
-            if n:
-                run.pauses.append(n)
+        if run is not None and (n := digit_group(run.judged, onset_ms, state=t.state,
+                                                 last_voiced_ms=t.last_voiced_ms, policy=self.policy)):
+            run.pauses.append(n)
 
     # --- the LLM side: drafts --------------------------------------------------------------
     def _start_draft(self, turn_id: int, text: str, *, tentative: bool) -> Draft:
         """Start the agent loop for ``text`` (after any pending compensation has finished)."""
         self._discard_draft(turn_id)
-        turn = self._run(turn_id)
+        turn = self.turns.open(turn_id)
         settling = tuple(self._settling)
         draft = Draft(self.conv, turn_id, text, self.stack.llm, self.recovery, tentative=tentative,
                       prior=turn.done_runs)
@@ -396,7 +359,7 @@ class Session:
             await draft.run()
         draft.on_background = self._background
         draft.task = self._spawn(run(), turn_id, "llm")
-        turn.draft = draft
+        turn.begin(draft)
         self._follow_up_due = False  # this reply's context has every result in so far
         return draft
 
@@ -418,15 +381,14 @@ class Session:
         if turn_id is None:
             return  # the caller or the agent has the floor: tried again when it is free
         self._follow_up_due = False
-        self.st.emit(TurnDecision(False, 0.0, "follow_up", self.st.now(), self.st.call_id, turn_id,
-                                  {"why": "a background tool's result came in"}))
-        run = self._run(turn_id)
+        self._decided(turn_id, "follow_up", {"why": "a background tool's result came in"})
+        run = self.turns.open(turn_id)
         draft = Draft(self.conv, turn_id, "", self.stack.llm, self.recovery)
         draft.on_background = self._background
         draft.task = self._spawn(draft.run(), turn_id, "llm")
-        run.draft = draft
-        run.reply_task = self._spawn(self._speak(turn_id, draft.items(), None, draft.steps, draft),
-                                     turn_id, "reply")
+        run.begin(draft)
+        run.commit(self._spawn(self._speak(turn_id, draft.items(), None, draft.steps, draft),
+                               turn_id, "reply"))
 
     def _discard_draft(self, turn_id: int, reason: str = "discarded") -> None:
         """Stop the turn's draft. A tentative draft's reversible tools are compensated; a
@@ -434,23 +396,13 @@ class Session:
         (:attr:`TurnRun.done_runs`): never redone, and told to the LLM once. A tentative draft's
         speculation is recorded as discarded for ``reason`` (:mod:`rejoinder.speculation`)."""
         turn = self.turns.get(turn_id)
-        draft = turn.draft if turn else None
-        if draft is None:
+        dropped = turn.discard(self.conv) if turn else None
+        if dropped is None:
             return
-        turn.draft = None
-        draft.task.cancel()
-        tentative = draft.tentative
-        if tentative:
+        draft, account = dropped
+        if draft.tentative:
             self.st.emit(speculation_event(draft, "discarded", reason, self.st.now()))
-
-        async def settle() -> None:
-            await asyncio.gather(draft.task, return_exceptions=True)
-            runs = await draft.settled_runs()
-            if tentative:
-                await undo_runs(self.conv, turn_id, [r for r in runs if r.tentative])
-            else:
-                turn.done_runs.extend(r for r in runs if r not in turn.done_runs)
-        self._settle(settle(), turn_id)
+        self._settle(account, turn_id)
 
     def _settle(self, coro, turn_id: int) -> asyncio.Task:
         task = self._spawn(coro, turn_id, "tools")
@@ -460,43 +412,17 @@ class Session:
 
     def _park_draft(self, turn_id: int) -> None:
         """A new pause of the turn: a tentative draft keeps running until that pause's
-        transcript says whether it still answers the caller (:meth:`_settle_parked`)."""
+        transcript says whether it still answers the caller (:meth:`TurnRun.park`)."""
         turn = self.turns.get(turn_id)
-        draft = turn.draft if turn else None
-        if draft is not None and draft.tentative:
-            draft.parked = True
-        else:
+        if turn is None or not turn.park():
             self._discard_draft(turn_id, "new_pause")
-
-    def _settle_parked(self, turn_id: int, text: str, *, fits: bool) -> None:
-        turn = self.turns.get(turn_id)
-        draft = turn.draft if turn else None
-        if draft is None or not draft.parked:
-            return
-        if fits and same_request(draft.user_text, text):
-            draft.parked = False  # the caller only added courtesy words (or nothing)
-        else:
-            self._discard_draft(turn_id, "transcript_changed")
 
     async def _check_backchannel(self, a: CheckBackchannel) -> None:
         """Short caller sound over the agent ended: resume or barge in, judged on its duration,
         the STT's confidence and its words (:func:`rejoinder.sounds.overlap_verdict`)."""
-        async def transcribe() -> Transcript:
-            tr = Transcript("", True)
-            async for tr in timed_stt(self.st, a.turn_id, self.stack.stt,
-                                      self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)):
-                pass
-            return tr
-        task = asyncio.ensure_future(transcribe())
-        try:  # watchdog: the reply is held while this runs
-            tr = await wait_within(self.st.clock, task, self.recovery.stt_check_ms)
-        except Exception as exc:  # cannot tell: treat the short sound as noise and go on talking
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            reason = ("no transcript in time" if isinstance(exc, TimeoutError) else repr(exc))
-            self.st.emit(Recovery("stt", "resume", reason, "", self.st.now(), self.st.call_id,
-                                  a.turn_id))
-            tr = Transcript("", True)
+        audio = self._turn_audio(a.start_ms - 100.0, a.end_ms + TAIL_MS)
+        tr = await short_sound(self.st, a.turn_id, timed_stt(self.st, a.turn_id, self.stack.stt, audio),
+                               self.recovery.stt_check_ms)  # watchdog: the reply is held meanwhile
         heard = Heard(tr.text, a.end_ms - a.start_ms, tr.no_speech_prob, tr.avg_logprob)
         verdict = overlap_verdict(heard, self.policy.backchannels, self.policy.sounds)
         self.st.emit(TranscriptEvent(tr.text, True, self.st.now(), self.st.call_id, a.turn_id,
@@ -505,7 +431,7 @@ class Session:
                                                     reason=verdict))
 
     async def _endpoint(self, turn_id: int, end_ms: float) -> None:
-        audio = self._segment(max(end_ms - 8000.0, self._run(turn_id).onset_ms - PREROLL_MS),
+        audio = self._segment(max(end_ms - 8000.0, self.turns.open(turn_id).onset_ms - PREROLL_MS),
                               end_ms + TAIL_MS)
         try:
             p = await self.stack.turn.completion_prob(audio)
@@ -515,71 +441,31 @@ class Session:
         self._perform(self.taker.eot_result(turn_id, p, self.st.now()))
 
     # --- the reply ---------------------------------------------------------------------------
-    async def _final_transcript(self, turn_id: int) -> str | None:
-        """The turn's transcript: the speculative one, else one retry. Watchdogs on the call
-        clock: ``promote_interim_ms`` for a final, and ``RecoveryPolicy.stt_interim_stall_ms``
-        after the latest interim result (an STT that sent an interim and then nothing: the
-        interim is promoted). None when STT could not deliver."""
-        run = self._run(turn_id)
-        end_ms, stt_task = run.spec
-        for attempt in range(2):
-            deadline = self.st.now() + self.policy.promote_interim_ms
-            try:
-                while True:
-                    limit = deadline - self.st.now()
-                    if run.interim and run.interim_at is not None:
-                        limit = min(limit, run.interim_at + self.recovery.stt_interim_stall_ms
-                                    - self.st.now())
-                    try:
-                        return await wait_within(self.st.clock, stt_task, max(0.0, limit))
-                    except TimeoutError:
-                        stalled = (run.interim and run.interim_at is not None and self.st.now()
-                                   >= run.interim_at + self.recovery.stt_interim_stall_ms)
-                        if stalled or self.st.now() >= deadline:
-                            raise
-            except Exception as exc:  # failed or timed out: say so on the timeline, retry once
-                stt_task.cancel()
-                reason = "no final transcript in time" if isinstance(exc, TimeoutError) else repr(exc)
-                interim = run.interim
-                if isinstance(exc, TimeoutError) and interim:  # a turn with only interim results
-                    self.st.emit(Recovery("stt", "promoted", reason, interim, self.st.now(),
-                                          self.st.call_id, turn_id))
-                    return interim
-                action = "retry" if attempt == 0 else "recovery_line"
-                self.st.emit(Recovery("stt", action, reason, "", self.st.now(), self.st.call_id, turn_id))
-                if attempt == 0:
-                    stt_task = self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry")
-                    run.spec = (end_ms, stt_task)
-        return None
-
     async def _reply(self, turn_id: int) -> None:
-        text = await self._final_transcript(turn_id)
+        text = await final_transcript(  # the pause's transcript, with watchdogs (rejoinder.sttwait)
+            self.st, self.turns.open(turn_id), promote_ms=self.policy.promote_interim_ms,
+            stall_ms=self.recovery.stt_interim_stall_ms,
+            retry=lambda end_ms: self._spawn(self._transcribe(turn_id, end_ms), turn_id, "stt-retry"))
         if text is None:
             await self._say(turn_id, DIDNT_CATCH, "recovery")
             return
         self.st.stamp("transcript_final", turn_id, text=text)
         self.st.emit(TranscriptEvent(text, True, self.st.now(), self.st.call_id, turn_id))
-        if self._number_open(text, turn_id):
+        run = self.turns.open(turn_id)
+        if number_still_open(text, self.policy, agent_said=self._agent_said, pauses=tuple(run.pauses)):
             acts = self.taker.hold_for_digits(turn_id, self.st.now())
             if acts:
-                self._run(turn_id).reply_task = None
+                run.hold()
                 self._retracted(turn_id, "digit_hold")
                 self._perform([a for a in acts if not isinstance(a, CancelReply)])
                 return
         if not text:
             self._perform(self.taker.agent_done(turn_id, self.st.now()))
             return
-        draft = self._run(turn_id).draft
-        kept = same_request(draft.user_text, text) if draft is not None and draft.tentative else None
-        if kept:  # adopt the preemptive draft: its text is spoken from now on
-            draft.parked = False
-            self.st.emit(speculation_event(draft, kept, "final_transcript", self.st.now()))
-            draft.confirm()
-        elif draft is not None and not draft.tentative and draft.user_text == text:
-            pass  # already confirmed (a retried reply of the same words)
-        else:
-            if draft is not None:
-                self._discard_draft(turn_id, "transcript_changed")
+        draft = run.adopt(text, lambda d, kept: self.st.emit(
+            speculation_event(d, kept, "final_transcript", self.st.now())))
+        if draft is None:  # no draft answers these words: a new one
+            self._discard_draft(turn_id, "transcript_changed")
             draft = self._start_draft(turn_id, text, tentative=False)
         await self._speak(turn_id, draft.items(), text, draft.steps, draft)
 
@@ -588,7 +474,7 @@ class Session:
         reply = Reply(self.st, turn_id, self.playout, self.stack.tts, backup_tts=self.stack.backup_tts,
                       recovery=self.recovery, filler=self.filler,
                       recovery_audio=self.stack.recovery_audio)
-        self._run(turn_id).speaking = (reply, user_text, steps, draft)
+        self.turns.open(turn_id).speak(reply, user_text, steps, draft)
         try:
             await reply.speak(items)
         except* Exception as eg:
@@ -608,11 +494,10 @@ class Session:
         marked on the timeline by a :class:`TurnDecision` with reason ``source``, then said with
         :meth:`_say`. With ``hangup``, the call ends once the words have played (:attr:`hangup`),
         unless the caller speaks over them."""
-        self.st.emit(TurnDecision(False, 0.0, source, self.st.now(), self.st.call_id, turn_id,
-                                  {"text": text, "hangup": hangup}))
+        self._decided(turn_id, source, {"text": text, "hangup": hangup})
         if hangup is not None:
             self.ender.request(turn_id, "hangup", hangup)
-        self._run(turn_id).reply_task = self._spawn(self._say(turn_id, text, source), turn_id, "reply")
+        self.turns.open(turn_id).commit(self._spawn(self._say(turn_id, text, source), turn_id, "reply"))
 
     def greet(self) -> None:
         """Say the agent's greeting, if it has one (call once, when the call opens). The caller
@@ -620,7 +505,7 @@ class Session:
         g = self.agent.greeting
         text = g(self.ctx) if callable(g) else g
         if text and self.taker.agent_initiates():
-            self._run(0).reply_task = self._spawn(self._say(0, text, "greeting"), 0, "reply")
+            self.turns.open(0).commit(self._spawn(self._say(0, text, "greeting"), 0, "reply"))
 
     def _caller_stamp(self, boundary: str, turn_id: int, t_ms: float, /, *, estimated: bool = False,
                       **data: Any) -> None:
@@ -630,9 +515,8 @@ class Session:
 
     def _on_reply_done(self, audio: ReplyAudio, interrupted: bool) -> None:
         """The playout finished (or cut) a reply: record what was heard, update the context."""
-        turn = self._run(audio.turn_id)
-        reply, user_text, steps, draft = turn.speaking or (None, None, [], None)
-        turn.speaking = None
+        turn = self.turns.open(audio.turn_id)
+        reply, user_text, steps, draft = turn.finished(interrupted)
         played = max(0, audio.played - self._lag_samples) if interrupted else audio.played
         heard, estimated = reply.heard(played) if reply else ("", False)
         by_step = reply.heard_by_step(played) if reply else None
@@ -640,8 +524,6 @@ class Session:
         if interrupted and turn.reopened and not heard:
             # dropped before a word was heard (the caller went on): no reply of the turn, so no
             # AgentSpeech; the turn's next reply accounts for this one's work (done_runs)
-            if turn.draft is draft:
-                turn.draft = None
             return
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
                                  self.st.now(), self.st.call_id, audio.turn_id,
@@ -656,11 +538,8 @@ class Session:
         else:
             self.conv.add_heard(audio.turn_id, user_text, steps, heard, by_step=by_step,
                                 cut=interrupted)
-        if turn.draft is draft:
-            turn.draft = None
         self._agent_said = heard if interrupted else (reply.full_text if reply else heard)
         if not interrupted:
-            turn.reply_task = None
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
             self._try_follow_up()

@@ -185,6 +185,29 @@ class SpeakableChunker:
         self._ctx = ""
         return out
 
+    def take_clause(self) -> str | None:
+        """Take the buffered text up to its last safe clause boundary or sentence end now, as
+        one chunk, when at least ``min_first_words`` words precede it; None (nothing taken)
+        otherwise. For a listener about to hear silence: a later chunk normally waits for its
+        sentence's end, and a small LLM's run-on sentence then leaves the line quiet while it
+        is generated (:class:`rejoinder.reply.Reply` calls this when the audio queued ahead of
+        the caller runs low). The same boundary rules apply as for the first chunk."""
+        buf, i, n, best = self._buf, 0, len(self._buf), None
+        while i < n:
+            res = self._boundary(buf, i)
+            if res is _PENDING:
+                break
+            if res is None:
+                i += 1
+                continue
+            _, cut = res  # type: ignore[misc]
+            if cut > self.max_chars:
+                break
+            if _count_words(buf[:cut]) >= self.min_first_words:
+                best = cut
+            i = max(cut, i + 1)
+        return self._take(best) if best is not None else None
+
     # -- internals -----------------------------------------------------------
 
     def _take(self, cut: int) -> str:

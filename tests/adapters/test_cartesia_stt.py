@@ -110,3 +110,47 @@ async def test_server_rejects_bad_query_and_survives_bad_commands(whisper_stt):
                 msgs.append(json.loads(await ws.recv()))
             await ws.send("done")  # the older name of close
             assert json.loads(await ws.recv())["type"] == "done"
+
+
+async def test_the_asgi_face_speaks_the_same_protocol(whisper_stt, asterisk, norm):
+    """The server's ASGI app (what Ray Serve hosts: ``serve --ray --models stt``) under uvicorn:
+    the real adapter transcribes real speech through it, a wrong key and a bad query are refused
+    before the upgrade, an injected drop ends the socket before ``done``."""
+    import uvicorn
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    from rejoinder.hosting.cartesia_stt_server import CartesiaSTTServer, create_app
+
+    x, ref = asterisk("conf-getpin")
+    server = CartesiaSTTServer(whisper_stt, api_key="asgi-key")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(web.serve())
+    try:
+        for _ in range(100):
+            if web.started:
+                break
+            await asyncio.sleep(0.05)
+        url = f"ws://127.0.0.1:{port}"
+        stt = CartesiaSTT(url, "asgi-key", pool=1)
+        for _ in range(2):
+            out = await _drain(stt, x)
+            assert [t.final for t in out] == [True]
+            assert norm(out[-1].text) == norm(ref)
+        assert server.utterances == 2
+        await stt.aclose()
+        with pytest.raises(PortError, match="authentication failed.*CARTESIA_API_KEY"):
+            await _drain(CartesiaSTT(url, "wrong", pool=0), x)
+        with pytest.raises(InvalidStatus) as err:
+            await connect(f"{url}/stt/websocket?model=ink-whisper&encoding=pcm_s16le&sample_rate=abc",
+                          additional_headers={"X-API-Key": "asgi-key"})
+        assert err.value.response.status_code == 400 and b"sample_rate" in err.value.response.body
+        server.faults = ServerFaults.parse("stt:drop", "stt")
+        with pytest.raises(PortError, match="closed before 'done'"):
+            await _drain(CartesiaSTT(url, "asgi-key", pool=0), x)
+    finally:
+        web.should_exit = True
+        await task

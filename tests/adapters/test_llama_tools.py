@@ -127,8 +127,11 @@ async def test_history_with_a_tool_call_reuses_the_cache(llama_llm):
         ("<tool_call>" + json.dumps([{"name": calls[0].name,
                                       "arguments": calls[0].arguments}])).encode(),
         add_bos=False, special=True))
-    # at most the call's own last tokens (sampled, not yet evaluated) plus the new turns
-    assert llama_llm.last_stats.prefilled <= new - call_tokens + 8, llama_llm.last_stats
+    # at most the call's own last tokens (sampled or, for the grounded order number copied from
+    # the caller's words, forced: not yet evaluated) plus the new turns
+    value_tokens = len(llama_llm._llm.tokenize(json.dumps(calls[0].arguments).encode(),
+                                               add_bos=False, special=True))
+    assert llama_llm.last_stats.prefilled <= new - call_tokens + 8 + value_tokens, llama_llm.last_stats
     llama_llm.forget("T")
 
 

@@ -33,7 +33,7 @@ def padded(x: np.ndarray) -> np.ndarray:
 
 
 def rendered(scenario: str, turn: int) -> np.ndarray:
-    from rejoinder.caller import render_turns
+    from rejoinder.harness.caller import render_turns
     from rejoinder.scenario import load_scenario
     pcm = asyncio.run(render_turns(load_scenario(SUITE / scenario)))[turn].pcm
     return pcm.astype(np.float32) / 32768.0

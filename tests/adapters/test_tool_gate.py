@@ -136,3 +136,27 @@ async def test_a_new_call_starts_from_the_warm_system_turn_not_the_gates_prompt(
     stats = gate_llm.last_stats
     assert stats.prompt > 200 and 0 < stats.prefilled < 40, stats
     gate_llm.forget("NEW")
+
+
+SPOKEN = tuple(ToolSchema(t.name, t.description, {**t.parameters, "properties": {"order_id": {
+    "type": "string", "pattern": r"^[0-9]([, -]{0,2}[0-9]){3}$"}}} if t.name == "lookup_order"
+    else t.parameters, EXAMPLES[t.name]) for t in TOOLS)
+
+
+@pytest.mark.parametrize("ground, want", [(True, "4, 2, 1, 7"), (False, None)])
+async def test_a_patterned_argument_is_copied_from_what_the_caller_said(gate_llm, ground, want):
+    """Grounding (``ChatEngine.ground_arguments``) copies the caller's own span into a patterned
+    argument; without it the model writes the value itself under the pattern."""
+    gate_llm.engine.ground_arguments = ground
+    try:
+        out = await _run(gate_llm, LLMRequest(
+            (SUPPORT, ChatMessage("user", "It's order 4, 2, 1, 7.")), tools=SPOKEN,
+            tool_choice="lookup_order", temperature=0.0, max_tokens=24))
+    finally:
+        gate_llm.engine.ground_arguments = True
+    call = next(x for x in out if isinstance(x, ToolCall))
+    if want is not None:
+        assert call.arguments == {"order_id": want}
+    else:  # sampled under the pattern: valid, whatever the model chose
+        import re
+        assert re.fullmatch(r"[0-9]([, -]{0,2}[0-9]){3}", call.arguments["order_id"])

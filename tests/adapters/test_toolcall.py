@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rejoinder.adapters._toolcall import (DEFAULT_SYSTEM, TOOL_CALL_OPEN, SentinelScanner,
-                                          call_grammar, check_tool_choice, flatten_result,
-                                          json_complete, names_grammar, object_plan, parse_calls,
+                                          call_grammar, check_tool_choice, choice_grammar,
+                                          flatten_result, grounded_values, json_complete, names_grammar, object_plan, parse_calls,
                                           render_prompt, tools_json, value_grammar)
 from rejoinder.ports import ChatMessage, PortError, ToolCall, ToolSchema
 
@@ -170,3 +170,34 @@ def test_sentinel_scanner_never_loses_or_leaks_text(pieces):
     full = "".join(pieces)
     expect = full.split(TOOL_CALL_OPEN)[0]
     assert shown == expect and (hit is not None) == (TOOL_CALL_OPEN in full)
+
+
+# --- grounded arguments: a patterned string is chosen among the caller's own spans -------------
+
+SPOKEN_ORDER = {"type": "string", "pattern": r"^[0-9]([, -]{0,2}[0-9]){3}$"}
+
+
+@pytest.mark.parametrize("said, spans", [
+    ("4, 2, 1, 7.", ["4, 2, 1, 7"]),
+    ("It's 4217, no wait, 4271.", ["4217", "4271"]),
+    ("Order 3 3 0 9 please, 3 3 0 9.", ["3 3 0 9"]),   # repeats once
+    ("42178", []),                                      # no span fits whole
+    ("a4217", []),                                      # not at a word boundary
+    ("Hello.", []),
+])
+def test_grounded_values_are_the_callers_spans_that_fit_the_pattern(said, spans):
+    assert grounded_values(SPOKEN_ORDER, said) == spans
+
+
+def test_grounding_needs_a_patterned_string():
+    assert grounded_values({"type": "string"}, "4217") == []
+    assert grounded_values({"type": "integer", "pattern": "^[0-9]+$"}, "4217") == []
+    assert grounded_values({"type": "string", "pattern": "^([0-9]$"}, "4217") == []  # bad regex
+
+
+def test_choice_grammar_allows_exactly_the_spans():
+    from llama_cpp import LlamaGrammar
+
+    gbnf = choice_grammar(["4, 2, 1, 7", "4217"], ",", lead=" ")
+    assert gbnf == 'root ::= " " ("\\"4, 2, 1, 7\\"" | "\\"4217\\"") ","\n'
+    LlamaGrammar.from_string(gbnf, verbose=False)  # llama.cpp parses it

@@ -10,7 +10,7 @@ import soundfile as sf
 
 from fakes import (AmplitudeVAD, ScriptedLLM, ScriptedSTT, ScriptedTurn, ToneTTS, lookup, scripted_agent,
                    tone)
-from rejoinder.callrun import run_call
+from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.session import Stack
 

@@ -11,7 +11,7 @@ import socket
 
 import numpy as np
 
-from rejoinder.caller import RenderedTurn, voiced_span
+from rejoinder.harness.caller import RenderedTurn, voiced_span
 from rejoinder.scenario import CallerTurn, Segment
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fakes import silence, tone
-from rejoinder.caller import FRAME, RenderedTurn, SimulatedCaller, voiced_span
+from rejoinder.harness.caller import FRAME, RenderedTurn, SimulatedCaller, voiced_span
 from rejoinder.scenario import CallerTurn, Segment
 
 

@@ -152,7 +152,7 @@ def test_cut_level_and_mix_render(tmp_path):
 
     import numpy as np
 
-    from rejoinder.caller import render_turns
+    from rejoinder.harness.caller import render_turns
     text = """\
 name: m
 turns:

@@ -3,7 +3,7 @@ the harness scores it as an outcome, not as a call that failed."""
 
 from __future__ import annotations
 
-from rejoinder.caller import SimulatedCaller
+from rejoinder.harness.caller import SimulatedCaller
 from rejoinder.harness.remote.call import RemoteCallResult
 from rejoinder.harness.remote.reports import merge_report
 

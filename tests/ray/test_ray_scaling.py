@@ -35,3 +35,41 @@ def test_ray_serve_is_a_hosting_arrangement_without_network_profiles():
     got = plans(["in-process", "ray-serve"], ["loopback", "regional"], failures=True)
     assert [(p.arrangement, p.profile, bool(p.failure)) for p in got] == [
         ("in-process", None, False), ("in-process", None, True), ("ray-serve", None, False), ("ray-serve", None, True)]
+
+
+def test_model_deployments_are_planned_scaled_separately_and_the_agent_is_pointed_at_them():
+    import pytest
+
+    from rejoinder.config import AgentConfig
+    from rejoinder.errors import ConfigError
+    from rejoinder.server.ray_models import model_scale, parse_models, plan, point
+
+    assert parse_models("llm, stt,llm") == ["stt", "llm"]
+    with pytest.raises(ConfigError, match="'asr' is not a model server; deployable: stt, tts, llm"):
+        parse_models("asr,llm")
+    agent = ScaleOptions(max_replicas=3, target_calls=2, max_calls=4, drain_s=600)
+    stt, llm = model_scale("stt", agent, replicas=2), model_scale("llm", agent)
+    assert (stt.max_replicas, stt.target_calls, stt.max_calls, stt.cpus, stt.drain_s) == (2, 4.0, 16, 0.25, 600)
+    assert (llm.max_replicas, llm.target_calls, llm.max_calls) == (3, 1.0, 4)  # one completion at a time
+    cfg = AgentConfig()
+    deps = plan({"stt": stt, "llm": llm, "tts": model_scale("tts", agent)}, cfg, api_key="k" * 16)
+    assert [d.route_prefix for d in deps] == ["/models/stt", "/models/llm", "/models/tts"]
+    assert deps[0].args["whisper"]["initial_prompt"]  # the agent's vocabulary, as in-process
+    argv = deps[1].args["argv"]
+    assert argv[argv.index("--api_key") + 1] == "k" * 16 and argv[argv.index("--n_ctx") + 1] == "8192"
+    assert deps[0].describe()["autoscaling_config"]["max_replicas"] == 2 and "api_key" not in str(deps[0].describe())
+    got = point(cfg, deps, "0.0.0.0", 8800).stack
+    assert (got.stt, got.cartesia_stt.base_url, got.cartesia_stt.api_key) == ("cartesia", "ws://127.0.0.1:8800/models/stt",
+                                                                            "k" * 16)
+    assert (got.llm, got.openai.base_url, got.openai.model) == ("openai", "http://127.0.0.1:8800/models/llm/v1", "smollm2")
+    assert (got.tts, got.sagemaker.base_url) == ("sagemaker", "http://127.0.0.1:8800/models/tts")
+    assert cfg.stack.stt == "whisper-base"  # the caller's configuration is left alone
+
+
+def test_the_llm_deployment_runs_with_the_settings_of_models_serve_llm():
+    from rejoinder.adapters.llama_server import CHAT_FORMAT, settings
+
+    mode, server, [model] = settings(["--n_threads", "1", "--api_key", "secret-key"])
+    assert (mode, server.api_key, model.chat_format, model.n_ctx, model.n_batch, model.n_threads) == (
+        "lazy", "secret-key", CHAT_FORMAT, 8192, 256, 1)
+    assert model.model.endswith(".gguf")  # the installed SmolLM2

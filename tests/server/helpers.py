@@ -240,7 +240,7 @@ def speech_wav(path: Path, script=CALLER_SCRIPT, end_ms: float = CALLER_END_MS,
     each utterance's (first, last) voiced sample in ms from the file start (truth)."""
     import soundfile as sf
     from rejoinder.audio_io import load_audio, resample, to_int16
-    from rejoinder.caller import voiced_span
+    from rejoinder.harness.caller import voiced_span
 
     out = np.zeros(int(16 * end_ms), dtype=np.int16)
     truth = []

@@ -34,7 +34,7 @@ def truth_aligned_v2v(call_dir, truth, turns) -> list[float]:
     """V2V per answered turn from the caller audio's own end of speech (like `rejoinder call`):
     the server's caller.wav locates the WAV's first voiced sample on the call clock."""
     import soundfile as sf
-    from rejoinder.caller import voiced_span
+    from rejoinder.harness.caller import voiced_span
     meta = json.loads((call_dir / "call.json").read_text())
     assert not meta.get("observer_errors"), meta["observer_errors"]  # no observer was dropped
     pcm, _ = sf.read(str(call_dir / "caller.wav"), dtype="int16")

@@ -25,7 +25,8 @@ from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
-                        names_grammar, object_plan, value_grammar)
+                        choice_grammar, grounded_values, names_grammar, object_plan,
+                        value_grammar)
 
 TOOL_MODES = ("gate", "lazy", "eager")
 
@@ -80,7 +81,11 @@ class ChatEngine:
       on as in lazy mode (SmolLM2-135M would otherwise call again at every step).
 
     One call per message (``max_tool_calls=1``) is written piece by piece: the JSON structure and
-    argument keys are forced, only the tool name and the argument values are sampled. A call is
+    argument keys are forced, only the tool name and the argument values are sampled. A string
+    argument with a ``pattern`` is *grounded* (``ground_arguments``, default on): when spans of
+    the caller's last message fit the pattern whole, the value is chosen among those spans
+    (:func:`._toolcall.grounded_values`; forced when there is one), otherwise it is sampled under
+    the pattern. A call is
     capped at ``max(request.max_tokens, tool_call_tokens)`` sampled tokens; one cut there is a
     :class:`PortError`. Sampling: top-k 40, top-p 0.95, min-p 0.05 at ``request.temperature``
     (greedy at 0), seeded with ``seed`` per request.
@@ -94,7 +99,7 @@ class ChatEngine:
                  tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  tool_threshold: float = 0.0, threshold_source: str = "default",
-                 chat_format: ChatFormat | str | None = None) -> None:
+                 chat_format: ChatFormat | str | None = None, ground_arguments: bool = True) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -114,6 +119,7 @@ class ChatEngine:
         self.tool_call_tokens = tool_call_tokens
         self.tool_threshold = tool_threshold
         self.threshold_source = threshold_source
+        self.ground_arguments = ground_arguments
         self._gates: OrderedDict[tuple, LabelGate] = OrderedDict()
         self._gbnf: OrderedDict[str, str] = OrderedDict()
         self._checked: set[str] = set()
@@ -291,17 +297,30 @@ class ChatEngine:
                 return None
             return text + out + fmt.call_tail
         text += " {"
+        said = self._caller_said(request) if self.ground_arguments else ""
         for i, (key, sub) in enumerate(plan):
             text += (" " if i else "") + json.dumps(key) + ":"
             sep = "," if i < len(plan) - 1 else "}"
-            out = sample(text, value_grammar(sub, sep, lead=" "),
-                         lambda o, sep=sep: json_complete(o, sep))
+            spans = grounded_values(sub, said)
+            if len(spans) == 1:  # the caller's own words: forced, nothing to sample
+                text += f" {json.dumps(spans[0])}{sep}"
+                continue
+            gbnf = choice_grammar(spans, sep, lead=" ") if spans else value_grammar(sub, sep, lead=" ")
+            out = sample(text, gbnf, lambda o, sep=sep: json_complete(o, sep))
             if out is None:
                 return None
             text += out
         if not plan:
             text += "}"
         return text + "}" + fmt.call_tail
+
+    @staticmethod
+    def _caller_said(request: LLMRequest) -> str:
+        """The caller's last message in ``request`` ("" when there is none)."""
+        for m in reversed(request.messages):
+            if m.role == "user":
+                return m.content
+        return ""
 
     def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
               opener: str | None, first: bool) -> Iterator[LLMDelta]:

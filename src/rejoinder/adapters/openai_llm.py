@@ -147,6 +147,9 @@ class OpenAICompatLLM:
             other way) sends only the allowed tools, and ``"tool_choice"`` sends every tool with
             OpenAI's ``{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}``
             ``tool_choice`` (OpenAI's own API), so the prompt describes every tool.
+        warm: :meth:`warmup` sends the system turn at start-up (default False: no request
+            before the first call; ``serve --ray --models llm`` turns it on for its llama.cpp
+            deployment).
 
     Raises:
         ConfigError: no base URL was given or found in the environment, a bad schema_format or
@@ -159,7 +162,8 @@ class OpenAICompatLLM:
                  api_key: str | None = None, *, timeout_s: float = 30.0,
                  schema_format: str = "json_schema", prompt_cache_key: bool = False,
                  stream_tools: bool = True, client: Any = None,
-                 allowed_tools: str = "filter", stream_usage: bool = True) -> None:
+                 allowed_tools: str = "filter", warm: bool = False,
+                 stream_usage: bool = True) -> None:
         import httpx
 
         base = base_url or os.environ.get("REJOINDER_LLM_BASE_URL")
@@ -172,6 +176,7 @@ class OpenAICompatLLM:
         if allowed_tools not in ("filter", "tool_choice"):
             raise ConfigError(f"allowed_tools must be 'filter' or 'tool_choice', not {allowed_tools!r}")
         self.allowed_tools = allowed_tools
+        self.warm = warm
         self.stream_usage = stream_usage
         self.schema_format = schema_format
         self.prompt_cache_key = prompt_cache_key
@@ -344,6 +349,30 @@ class OpenAICompatLLM:
         if timing:
             out.append(ServerTiming(**timing))
         return out
+
+    def warmup(self, system_prompt: str | None = None, tools: Any = (), cache_key: str | None = None) -> int:
+        """With ``warm=True``: send the system turn once (``max_tokens`` 1, not streamed;
+        blocking — the runtime calls it off the event loop) so a server that keeps its last
+        prompt's KV prefix (llama.cpp's) prefills the instructions and tools now and the first
+        caller turn pays only for its own tokens. Returns the prompt tokens the server reports;
+        0 without ``warm``, when it reports none, or when the request failed (best effort: the
+        first request then pays)."""
+        if not self.warm:
+            return 0
+        import httpx
+
+        body = self.payload(LLMRequest((ChatMessage("system", system_prompt or ""),), tools=tuple(tools),
+                                       max_tokens=1, temperature=0.0))
+        body["stream"] = False
+        body.pop("stream_options", None)  # only allowed on a streamed request
+        headers = {k: v for k, v in self._headers.items() if k != "Accept"}
+        try:
+            resp = httpx.post(f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=120.0)
+            if resp.status_code >= 400:
+                return 0
+            return int((resp.json().get("usage") or {}).get("prompt_tokens") or 0)
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return 0
 
     async def aclose(self) -> None:
         """Close the HTTP client if this instance created it."""

@@ -72,13 +72,16 @@ def _weekday(value: Any) -> Any:
     return value.strip().capitalize() if isinstance(value, str) else value
 
 
-# Typed arguments: the LLM is shown (and a grammar-constrained LLM held to) four digits and a
-# weekday name; the validators, which run first, still accept what other LLMs write ("#4217",
-# "four two one seven", 4217, "thursday"). All seven days, so a weekend request reaches the tool
-# and hears the opening hours instead of being bent into a weekday. bench/tool_choice.py, with
-# SmolLM2-135M calling eagerly: right arguments in 50% of tool items instead of 35% (69% instead
-# of 42% with worked examples); a 24-hour time pattern did worse, so the time stays free text.
-OrderNumber = Annotated[str, Field(pattern=r"^[0-9]{4}$"), BeforeValidator(lambda v: _digits(str(v)))]
+# Typed arguments: the LLM is shown (and a grammar-constrained LLM held to) four digits, written
+# as the caller read them ("4217", "4, 2, 1, 7", "4 2 1 7"), and a weekday name; the validators,
+# which run first, normalise what any LLM writes ("#4217", "four two one seven", 4217,
+# "thursday"). Because the pattern accepts the spoken forms, the embedded LLM copies the caller's
+# own span into the argument (rejoinder.adapters._toolcall.grounded_values) instead of writing
+# digits itself: SmolLM2-135M wrote 4234 or 1234 for "4, 2, 1, 7." under a four-digit pattern.
+# All seven days, so a weekend request reaches the tool and hears the opening hours instead of
+# being bent into a weekday. A 24-hour time pattern did worse, so the time stays free text.
+OrderNumber = Annotated[str, Field(pattern=r"^[0-9]([, -]{0,2}[0-9]){3}$"),
+                        BeforeValidator(lambda v: _digits(str(v)))]
 Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
                             "Sunday"], BeforeValidator(_weekday)]
 
@@ -102,7 +105,7 @@ def lookup_order(ctx: CallContext, order_id: OrderNumber) -> dict[str, Any]:
     """Look up one of the caller's orders: its item, status and delivery date.
 
     Args:
-        order_id: the order number the caller said, digits only.
+        order_id: the order number as the caller said it (four digits).
     """
     customer = _customer(ctx)
     row = db.order_row(_conn(ctx), order_id)

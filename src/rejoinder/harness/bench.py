@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 import psutil
 
 from .. import gctune
-from ..caller import RenderedTurn, render_turns
+from .caller import RenderedTurn, render_turns
 from ..scenario import Scenario
 from ..stalls import LoopWatch, TurnWindow, attribute, summarize
 from ..timeline import sum_reported, transcript_text

@@ -132,10 +132,10 @@ def _audible_at(turns: list, t_ms: float):
 def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
              cues: list[dict] | None = None, *, owned: dict[int, int | None] | None = None,
              observable: set[str] | None = None) -> Verdict:
-    """Check ``result`` (a :class:`~rejoinder.callrun.CallResult`) against ``sc``.
+    """Check ``result`` (a :class:`~rejoinder.harness.callrun.CallResult`) against ``sc``.
 
     ``truth`` is the caller's ground truth ``(caller turn index, start_ms, end_ms)`` and ``cues``
-    the caller's cue log (:attr:`~rejoinder.caller.SimulatedCaller.cues`). A remote agent gives
+    the caller's cue log (:attr:`~rejoinder.harness.caller.SimulatedCaller.cues`). A remote agent gives
     ``owned`` (agent turn id → caller turn index, from what the caller heard) and ``observable``:
     which of ``"tools"`` and ``"db"`` it reports; checks it cannot support are listed in
     :attr:`Verdict.skipped`, not failed.

@@ -54,7 +54,7 @@ class RayServeArrangement:
     async def __aenter__(self) -> "RayServeArrangement":
         from ray import serve
 
-        from ..server.ray_driver import deploy, wait_ready
+        from ..server.ray_driver import deploy
         from ..server.ray_serve import ScaleOptions
         from . import ray_cluster
         from ..adapters.llama_server import free_port
@@ -70,11 +70,9 @@ class RayServeArrangement:
                 cfg.faults, cfg.fault_seed = self.failure, 1
             one = ScaleOptions(min_replicas=1, max_replicas=1, max_calls=64, drain_s=60)
             t1 = time.perf_counter()
-            self.ledger = deploy(host="127.0.0.1", port=self.port,
-                                 server_cfg={"token": self.token, "max_calls": 64, "record_runs": False},
-                                 agent_cfg=cfg, zero_cost=False, agent_scale=one, models=[],
-                                 tts_scale=one, tts_engine="piper")
-            await wait_ready()
+            self.ledger, _ = await deploy(host="127.0.0.1", port=self.port,
+                                          server_cfg={"token": self.token, "max_calls": 64, "record_runs": False},
+                                          agent_cfg=cfg, zero_cost=False, agent_scale=one)
             self.cold["agent"] = round(1000.0 * (time.perf_counter() - t1), 1)
             self.target = RemoteTarget(parse_target(f"ws://127.0.0.1:{self.port}/twilio", token=self.token))
             await self.target.warmup()

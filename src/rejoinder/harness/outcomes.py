@@ -1,8 +1,8 @@
 """Call outcomes a scenario may expect beyond its turns: the agent transferred the call to a
 person, or ended it with its goodbye heard to the end (issue 20: outcomes the seed names).
 
-Checked from what was measured: :attr:`~rejoinder.callrun.CallResult.transfer` (the transfer the
-runtime performed, or that a target reported) and :attr:`~rejoinder.callrun.CallResult.hangup`,
+Checked from what was measured: :attr:`~rejoinder.harness.callrun.CallResult.transfer` (the transfer the
+runtime performed, or that a target reported) and :attr:`~rejoinder.harness.callrun.CallResult.hangup`,
 and for the last reply before the line closed, whether it was cut (``interrupted_at``) or heard
 to its end (``playback_end``) before the agent's :class:`~rejoinder.events.CallEnd` — whose
 status says whether the transport confirmed the playout (``confirmed``) or the watchdog closed

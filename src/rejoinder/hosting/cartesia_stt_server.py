@@ -13,6 +13,10 @@ audio or a command (Cartesia: 20 s).
 
 Whisper is a batch model: transcripts come on ``finalize``/``close``; with ``interim_ms`` > 0 the
 server also transcribes the audio so far every ``interim_ms`` of new audio (``is_final: false``).
+
+Two faces, one protocol (:meth:`CartesiaSTTServer.session`): a plain ``websockets`` server
+(:meth:`CartesiaSTTServer.serve`, ``rejoinder models serve stt``) and an ASGI app
+(:func:`create_app`, for hosts that route WebSockets to ASGI apps only: Ray Serve).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 import json
 import uuid
 from http import HTTPStatus
+from typing import Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
@@ -54,18 +59,21 @@ class CartesiaSTTServer:
         self.faults = faults or ServerFaults()
         self.utterances = 0
 
+    def refusal(self, headers, query: dict[str, str]) -> tuple[HTTPStatus, str] | None:
+        """Why an upgrade is refused: a bad key (401) or a bad query parameter (400); None to
+        accept. ``headers``: any case-insensitive mapping (websockets' or Starlette's)."""
+        if not key_matches(self.api_key, bearer_or_key(headers, query)):
+            return HTTPStatus.UNAUTHORIZED, "invalid or missing API key (send X-API-Key)"
+        problem = self._check_query(query)
+        return (HTTPStatus.BAD_REQUEST, problem) if problem else None
+
     def process_request(self, connection, request):
         """Refuse a wrong path (404), a bad key (401) or a bad query parameter (400)."""
         url = urlsplit(request.path)
         if url.path != PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"no such endpoint {url.path}; use {PATH}\n")
-        query = dict(parse_qsl(url.query))
-        if not key_matches(self.api_key, bearer_or_key(request.headers, query)):
-            return connection.respond(HTTPStatus.UNAUTHORIZED, "invalid or missing API key (send X-API-Key)\n")
-        problem = self._check_query(query)
-        if problem:
-            return connection.respond(HTTPStatus.BAD_REQUEST, problem + "\n")
-        return None
+        refused = self.refusal(request.headers, dict(parse_qsl(url.query)))
+        return connection.respond(refused[0], refused[1] + "\n") if refused else None
 
     @staticmethod
     def _check_query(query: dict[str, str]) -> str | None:
@@ -90,7 +98,13 @@ class CartesiaSTTServer:
                            max_size=MAX_MESSAGE, ping_interval=20, ping_timeout=20)
 
     async def handler(self, ws) -> None:
-        query = dict(parse_qsl(urlsplit(ws.request.path).query))
+        """One connection of the plain ``websockets`` server (:meth:`serve`)."""
+        await self.session(_Websockets(ws), dict(parse_qsl(urlsplit(ws.request.path).query)))
+
+    async def session(self, ws: "Socket", query: dict[str, str]) -> None:
+        """The protocol on one accepted socket whose upgrade :meth:`refusal` let through, for
+        either face: the ``websockets`` server (:meth:`handler`) or the ASGI app
+        (:func:`create_app`)."""
         encoding, rate = query["encoding"], int(query["sample_rate"])
         language = query.get("language", "en")
         request_id = uuid.uuid4().hex
@@ -174,7 +188,7 @@ class CartesiaSTTServer:
                 await ws.send(self._error(rid, 500, "injected_fault", "injected transcription error"))
                 return True
             elif f.kind == "drop":
-                ws.transport.abort()
+                await ws.abort()
                 return False
             elif f.kind == "garbage":
                 await ws.send("{not json")
@@ -201,3 +215,85 @@ class CartesiaSTTServer:
     def _error(rid: str, status: int, code: str, message: str) -> str:
         return json.dumps({"type": "error", "request_id": rid, "status_code": status, "error_code": code,
                            "title": HTTPStatus(status).phrase, "message": message, "code": status})
+
+
+class Socket(Protocol):
+    """What :meth:`CartesiaSTTServer.session` needs of a socket: ``recv`` (bytes or str; raises
+    once the peer is gone), ``send`` (text), ``close`` and ``abort`` (end it without a close
+    handshake where the face can)."""
+
+    async def recv(self) -> bytes | str: ...
+    async def send(self, text: str) -> None: ...
+    async def close(self, code: int, reason: str) -> None: ...
+    async def abort(self) -> None: ...
+
+
+class _Websockets:
+    """A ``websockets`` connection as a :class:`Socket`."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.recv, self.send, self.close = ws.recv, ws.send, ws.close
+
+    async def abort(self) -> None:
+        self.ws.transport.abort()
+
+
+class _ASGI:
+    """A Starlette WebSocket as a :class:`Socket`. ASGI has no way to cut the TCP connection, so
+    ``abort`` closes with 1011 (the client sees the socket end before ``done`` either way)."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+
+    async def recv(self) -> bytes | str:
+        msg = await self.ws.receive()
+        if msg["type"] == "websocket.disconnect":
+            raise ConnectionError(f"the client closed the socket ({msg.get('code')})")
+        data = msg.get("bytes")
+        if data is not None and len(data) > MAX_MESSAGE:
+            await self.ws.close(1009, f"frame over {MAX_MESSAGE} bytes")
+            raise ConnectionError("frame too big")
+        return data if data is not None else msg.get("text") or ""
+
+    async def send(self, text: str) -> None:
+        await self.ws.send_text(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        await self.ws.close(code, reason)
+
+    async def abort(self) -> None:
+        await self.ws.close(1011)
+
+
+def create_app(server: CartesiaSTTServer):
+    """``server`` as an ASGI app (FastAPI): the same protocol at ``GET {PATH}`` (upgraded),
+    ``GET /health`` → ``{"ok": true}``. For ASGI hosts such as Ray Serve (the ``stt`` deployment
+    of ``rejoinder serve --ray --models stt``), which route WebSockets only to ASGI apps. A
+    refused upgrade answers the status and reason in an HTTP response where the host supports
+    ASGI's ``websocket.http.response`` extension, else closes the handshake (HTTP 403) with
+    close code 1008 and the reason."""
+    from fastapi import FastAPI
+    from fastapi.responses import PlainTextResponse
+    from starlette.routing import WebSocketRoute
+
+    app = FastAPI(title="rejoinder STT (Cartesia Ink protocol)", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/health")
+    async def health() -> dict[str, bool]:
+        return {"ok": True}
+
+    async def stt(websocket) -> None:  # a starlette WebSocket (a plain route: no dependency injection)
+        query = dict(websocket.query_params)
+        refused = server.refusal(websocket.headers, query)
+        if refused:
+            if "websocket.http.response" in websocket.scope.get("extensions", {}):
+                await websocket.send_denial_response(PlainTextResponse(refused[1] + "\n", status_code=refused[0]))
+            else:
+                await websocket.close(1008, refused[1][:120])
+            return
+        await websocket.accept()
+        await server.session(_ASGI(websocket), query)
+
+    app.router.routes.append(WebSocketRoute(PATH, stt))
+    return app

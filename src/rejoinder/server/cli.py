@@ -47,8 +47,20 @@ def register(app: typer.Typer) -> None:
                                                  "autoscaling aims for (a replica is added above it)"),
               downscale_delay_s: float = typer.Option(10.0, help="with --ray: idle seconds before a replica is "
                                                       "removed (its calls are drained first)"),
-              models: Optional[str] = typer.Option(None, help="with --ray: model servers deployed on their own, "
-                                                   "scaled separately: tts"),
+              models: Optional[str] = typer.Option(None, help="with --ray: model servers deployed on their own "
+                                                   "under /models/<name>, scaled separately, the agent "
+                                                   "pointed at them: stt,tts,llm (any of them)"),
+              stt_replicas: Optional[int] = typer.Option(None, min=1, help="with --models stt: most STT "
+                                                         "replicas (default: --max-replicas)"),
+              tts_replicas: Optional[int] = typer.Option(None, min=1, help="with --models tts: most TTS "
+                                                         "replicas (default: --max-replicas)"),
+              llm_replicas: Optional[int] = typer.Option(None, min=1, help="with --models llm: most LLM "
+                                                         "replicas (default: --max-replicas)"),
+              model_cpus: float = typer.Option(0.25, min=0.01, help="with --models: CPUs reserved per model "
+                                               "replica (the agent's: 1)"),
+              models_api_key: Optional[str] = typer.Option(None, envvar="REJOINDER_SERVER_API_KEY",
+                                                           help="with --models: the key the stt and llm "
+                                                           "deployments check (default: one made for the run)"),
               duration_s: Optional[float] = typer.Option(None, help="with --ray: stop after this many seconds"),
               zero_cost: bool = typer.Option(False, "--zero-cost", help="zero-cost models (every stage answers at "
                                              "once): for load tests of the serving path")) -> None:
@@ -97,7 +109,9 @@ def register(app: typer.Typer) -> None:
                                   transfer_target=transfer_target)
         if ray:
             _serve_ray(ray, ray_cpus, host, port, server_cfg, cfg, zero_cost, min_replicas, max_replicas,
-                       target_calls, max_calls, downscale_delay_s, max_call_s, models, duration_s, runs, console)
+                       target_calls, max_calls, downscale_delay_s, max_call_s, duration_s, runs, console,
+                       models=models, replicas={"stt": stt_replicas, "tts": tts_replicas, "llm": llm_replicas},
+                       model_cpus=model_cpus, models_api_key=models_api_key)
             return
         web = create_app(server_cfg, AgentProvider(runtime))
         shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
@@ -116,32 +130,32 @@ def register(app: typer.Typer) -> None:
 
 
 def _serve_ray(address, cpus, host, port, server_cfg, cfg, zero_cost, min_replicas, max_replicas, target_calls,
-               max_calls, downscale_delay_s, max_call_s, models, duration_s, runs, console) -> None:
-    """``serve --ray``: see :mod:`rejoinder.server.ray_serve`. Each replica takes up to
-    ``max_calls`` calls; they keep no call folders (the serve run in the store records the
-    scaling events, the harness records the calls)."""
+               max_calls, downscale_delay_s, max_call_s, duration_s, runs, console, *, models, replicas,
+               model_cpus, models_api_key) -> None:
+    """``serve --ray``: see :mod:`rejoinder.server.ray_serve` and :mod:`rejoinder.server.ray_models`.
+    Each agent replica takes up to ``max_calls`` calls; they keep no call folders (the serve run in
+    the store records the scaling events, the harness records the calls)."""
+    import secrets
+
     from ..cliout import error
     from ..errors import RejoinderError
     from ..harness.store import open_store
     from .ray_driver import serve_ray
+    from .ray_models import model_scale, parse_models, plan
     from .ray_serve import ScaleOptions
 
-    wanted = [m for m in (models or "").replace(" ", "").split(",") if m]
-    if any(m != "tts" for m in wanted):
-        error(console, f"--models {models!r}: the model server deployable on Ray Serve is tts (the SageMaker-"
-              "shaped streaming endpoint); STT and the LLM stay where the configuration puts them")
-        raise typer.Exit(2)
     agent = ScaleOptions(min_replicas=min_replicas, max_replicas=max_replicas, target_calls=target_calls,
                          max_calls=max_calls, downscale_delay_s=downscale_delay_s, drain_s=max_call_s)
-    tts = ScaleOptions(min_replicas=1, max_replicas=max_replicas, target_calls=max(1.0, 2 * target_calls),
-                       max_calls=4 * max_calls, downscale_delay_s=downscale_delay_s, cpus=0.5)
     scfg = server_cfg.model_dump(mode="json")
     scfg.update(store_dir=None, record_runs=False, run_store=None)
     try:
+        wanted = parse_models(models)
+        deployments = plan({m: model_scale(m, agent, replicas=replicas[m], cpus=model_cpus) for m in wanted}, cfg,
+                           api_key=models_api_key or secrets.token_hex(16),
+                           tts_engine=cfg.stack.tts if cfg.stack.tts in ("piper", "espeak") else "piper")
         st = open_store(runs)
         serve_ray(address=address, cpus=cpus, host=host, port=port, server_cfg=scfg, agent_cfg=cfg,
-                  zero_cost=zero_cost, agent_scale=agent, models=wanted, tts_scale=tts,
-                  tts_engine=cfg.stack.tts if cfg.stack.tts in ("piper", "espeak") else "piper", store=st,
+                  zero_cost=zero_cost, agent_scale=agent, models=deployments, store=st,
                   duration_s=duration_s, console=console)
     except (RejoinderError, RuntimeError) as exc:
         error(console, exc)

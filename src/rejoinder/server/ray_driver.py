@@ -1,5 +1,6 @@
 """The driver of ``rejoinder serve --ray``: connect to (or start) the cluster, deploy the agent
-(and, with ``models``, the TTS model server) on Ray Serve, and record every scaling event.
+(and, with ``models``, the model servers: :mod:`.ray_models`) on Ray Serve, and record every
+scaling event of every deployment.
 
 :class:`ScalingWatch` polls ``serve.status()`` every ``poll_s`` (0.5 s): a change in a
 deployment's RUNNING replicas is an event ``{"at_s", "deployment", "from", "to", "states",
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import signal
 import sys
 import time
 from typing import Any, Callable
 
-from .ray_serve import APP, LEDGER, CallLedger, ScaleOptions, _agent_app, _tts_app
+from .ray_models import ModelDeployment, point
+from .ray_serve import APP, LEDGER, CallLedger, ScaleOptions, _agent_app
 
 
 class ScalingWatch:
@@ -53,39 +54,62 @@ class ScalingWatch:
         return found
 
 
-def deploy(*, host: str, port: int, server_cfg: dict[str, Any], agent_cfg: Any, zero_cost: bool,
-           agent_scale: ScaleOptions, models: list[str], tts_scale: ScaleOptions, tts_engine: str) -> Any:
-    """Start Serve's proxy on ``host:port`` and deploy; returns the call ledger actor.
+async def deploy(*, host: str, port: int, server_cfg: dict[str, Any], agent_cfg: Any, zero_cost: bool,
+                 agent_scale: ScaleOptions, models: list[ModelDeployment] = (),
+                 timeout_s: float = 900.0) -> tuple[Any, dict[str, float]]:
+    """Start Serve's proxy on ``host:port``, deploy the model servers (each its own application
+    under ``/models/<name>``) and wait until they are RUNNING, then the agent (``/``), so the
+    agent's warm-up finds them. ``agent_cfg`` is already pointed at them
+    (:func:`~.ray_models.point`). Returns the call ledger actor and, per application, the ms from
+    its deployment (``serve.run_many``, all model servers at once) to the 0.5 s poll that saw it
+    RUNNING (every replica's model loaded).
 
-    The agent's stack is pointed at the TTS deployment when ``"tts" in models``.
+    Raises:
+        ConfigError: the replicas' CPUs (at least one replica each) exceed the cluster's.
+        RuntimeError: a deployment failed (Serve's message) or was not RUNNING in ``timeout_s``.
     """
     import ray
     from ray import serve
 
+    from ..errors import ConfigError
+
+    need = agent_scale.min_replicas * agent_scale.cpus + sum(m.scale.min_replicas * m.scale.cpus for m in models)
+    have = float(ray.cluster_resources().get("CPU", 0))
+    if need > have + 1e-9:
+        raise ConfigError(f"the deployments reserve {need:g} CPUs (agent {agent_scale.cpus:g} × "
+                          f"{agent_scale.min_replicas}" + "".join(f", {m.name} {m.scale.cpus:g}" for m in models)
+                          + f") but the cluster has {have:g}: lower --model-cpus or give the cluster more "
+                          "(--ray-cpus)")
     ledger = ray.remote(num_cpus=0)(CallLedger).options(name=LEDGER, namespace=APP).remote()
     serve.start(http_options={"host": host, "port": port})
-    if "tts" in models:
-        access, secret = "AKID" + secrets.token_hex(8).upper(), secrets.token_hex(16)
-        serve.run(_tts_app(tts_engine, {**tts_scale.deployment_options()}, access, secret), name="tts",
-                  route_prefix="/models/tts", blocking=False)
-        agent_cfg = agent_cfg.model_copy(deep=True)
-        agent_cfg.stack.tts = "sagemaker"
-        sm = agent_cfg.stack.sagemaker
-        sm.base_url, sm.endpoint_name = f"http://{host}:{port}/models/tts", "rejoinder-tts"
-        sm.aws_access_key_id, sm.aws_secret_access_key = access, secret
-    serve.run(_agent_app(server_cfg, agent_cfg.model_dump(mode="json"), zero_cost, agent_scale.deployment_options()),
-              name=APP, route_prefix="/", blocking=False)
-    return ledger
+    running: dict[str, float] = {}
+
+    async def start(targets: list[Any]) -> dict[str, float]:
+        """Deploy at once (the replicas load in parallel), then poll until every one is RUNNING."""
+        t0 = time.monotonic()
+        await asyncio.to_thread(serve.run_many, targets, wait_for_ingress_deployment_creation=False,
+                                wait_for_applications_running=False)
+        return await wait_ready(timeout_s, since=t0)
+
+    if models:
+        running.update(await start([serve.RunTarget(m.app(), name=m.name, route_prefix=m.route_prefix)
+                                    for m in models]))
+    agent = _agent_app(server_cfg, agent_cfg.model_dump(mode="json"), zero_cost, agent_scale.deployment_options())
+    running[APP] = (await start([serve.RunTarget(agent, name=APP, route_prefix="/")]))[APP]
+    return ledger, running
 
 
-async def wait_ready(timeout_s: float = 600.0) -> None:
-    """Until every application is RUNNING.
+async def wait_ready(timeout_s: float = 600.0, since: float | None = None) -> dict[str, float]:
+    """Until every application is RUNNING; returns per application the ms from ``since``
+    (``time.monotonic()``, default: now) to the poll (every 0.5 s) that first saw it RUNNING.
 
     Raises:
         RuntimeError: an application failed to deploy (with Serve's message), or the timeout.
     """
     from ray import serve
+    since = time.monotonic() if since is None else since
     deadline = time.monotonic() + timeout_s
+    seen: dict[str, float] = {}
     while True:
         st = await asyncio.to_thread(serve.status)
         apps = st.applications
@@ -93,8 +117,11 @@ async def wait_ready(timeout_s: float = 600.0) -> None:
         bad = [f"{n}: {a.message}" for n, a in apps.items() if states[n] == "DEPLOY_FAILED"]
         if bad:
             raise RuntimeError("deployment failed: " + "; ".join(bad))
+        for n, s in states.items():
+            if s == "RUNNING":
+                seen.setdefault(n, round(1000.0 * (time.monotonic() - since), 1))
         if apps and all(s == "RUNNING" for s in states.values()):
-            return
+            return seen
         if time.monotonic() > deadline:
             raise RuntimeError(f"not running after {timeout_s:.0f} s: {states}")
         await asyncio.sleep(0.5)
@@ -143,11 +170,14 @@ def say(line: dict[str, Any] | str) -> None:
 
 
 def serve_ray(*, address: str, cpus: int | None, host: str, port: int, server_cfg: dict[str, Any], agent_cfg: Any,
-              zero_cost: bool, agent_scale: ScaleOptions, models: list[str], tts_scale: ScaleOptions,
-              tts_engine: str, store: Any, duration_s: float | None, console: Any) -> str:
-    """Deploy, print ``ready http://HOST:PORT`` and each scaling event (JSON lines on stdout),
-    record them in a run of ``store``; tear everything down on SIGINT/SIGTERM or after
-    ``duration_s``. Returns the run id.
+              zero_cost: bool, agent_scale: ScaleOptions, models: list[ModelDeployment], store: Any,
+              duration_s: float | None, console: Any) -> str:
+    """Deploy (the agent's stack pointed at ``models``), print one JSON line per deployment when
+    it is RUNNING (``{"event": "running", "deployment", "running_ms", "replicas"}``), then
+    ``ready http://HOST:PORT run RUN_ID cold_start_ms MS`` and each scaling event (JSON lines on
+    stdout), record them in a run of ``store`` (each deployment's options in its conditions, one
+    note per deployment RUNNING and per scaling event); tear everything down on SIGINT/SIGTERM or
+    after ``duration_s``. Returns the run id.
 
     Raises:
         MissingExtra: Ray is not installed.  ConfigError: the cluster cannot be reached.
@@ -158,20 +188,22 @@ def serve_ray(*, address: str, cpus: int | None, host: str, port: int, server_cf
 
     cluster = ray_cluster.connect(address, num_cpus=cpus)
     run_id, events = None, []
+    names = [m.name for m in models]
     try:
+        agent_cfg = point(agent_cfg, models, host, port)
         from ..runtime import Runtime
         agent = Runtime(agent_cfg).agent if not zero_cost else None
         conds = conditions.collect(agent_cfg, concurrency=[agent_scale.max_calls], scenarios={}, repeat=1,
                                    suite="live", agent=agent,
                                    arrangement="agent server on Ray Serve, autoscaled on calls in progress"
-                                   + (f"; model deployments: {', '.join(models)}" if models else ""))
+                                   + (f"; model deployments: {', '.join(names)}" if models else ""))
         if zero_cost:
             from ..harness.zerocost import AGENT, mark_conditions
             mark_conditions(conds)
             conds["agent"] = AGENT.describe()
         conds.update(transport="live", ray=cluster.info,
                      deployments={"agent": agent_scale.deployment_options(),
-                                  **({"tts": tts_scale.deployment_options()} if "tts" in models else {})})
+                                  **{m.name: m.describe() for m in models}})
         run_id = store.begin_run(conds, suite="live", command=" ".join(["rejoinder"] + sys.argv[1:]))
 
         def on_event(ev: dict[str, Any]) -> None:
@@ -182,20 +214,27 @@ def serve_ray(*, address: str, cpus: int | None, host: str, port: int, server_cf
 
         async def main() -> dict[str, Any]:
             t0 = time.monotonic()
-            ledger = deploy(host=host, port=port, server_cfg=server_cfg, agent_cfg=agent_cfg, zero_cost=zero_cost,
-                            agent_scale=agent_scale, models=models, tts_scale=tts_scale, tts_engine=tts_engine)
-            await wait_ready()
+            ledger, running = await deploy(host=host, port=port, server_cfg=server_cfg, agent_cfg=agent_cfg,
+                                           zero_cost=zero_cost, agent_scale=agent_scale, models=models)
             cold = round(1000.0 * (time.monotonic() - t0), 1)
+            scales = {"agent": agent_scale, **{m.name: m.scale for m in models}}
+            for app, ms in running.items():
+                name = "agent" if app == APP else app
+                say({"event": "running", "deployment": name, "running_ms": ms,
+                     "replicas": scales[name].min_replicas})
+                store.add_note(run_id, f"{name} RUNNING {ms} ms after it was deployed ({scales[name].min_replicas} "
+                               f"replica(s), at most {scales[name].max_replicas}, {scales[name].cpus:g} CPU each)")
             store.add_note(run_id, f"deployed in {cold} ms (cluster up → every application RUNNING)")
             say(f"ready http://{host}:{port} run {run_id} cold_start_ms {cold}")
             w = await watch(ledger, duration_s=duration_s, on_event=on_event)
             lifetimes = await ledger.lifetimes.remote()
-            return {"cold_start_ms": cold, "replicas": w.running, "served": await ledger.served.remote(),
+            return {"cold_start_ms": cold, "running_ms": {("agent" if a == APP else a): ms for a, ms in running.items()},
+                    "replicas": w.running, "served": await ledger.served.remote(),
                     "replica_lifetimes": lifetimes, "drained_calls": drained(lifetimes, w.events)}
 
         console.print(f"Ray {cluster.info['ray']} at {cluster.address}: {cluster.info['n_nodes']} node(s), "
                       f"{cluster.cpus} CPU(s); deploying the agent"
-                      + (f" and {', '.join(models)}" if models else "") + " …", soft_wrap=True, highlight=False)
+                      + (f" and {', '.join(names)}" if models else "") + " …", soft_wrap=True, highlight=False)
         end = asyncio.run(main())
         store.finish_run(run_id, "finished", {**run_summary(store, run_id), "scaling_events": events, **end})
         say({"event": "stopped", **end})

@@ -1,5 +1,6 @@
 """``rejoinder serve --ray``: the agent server as a Ray Serve deployment that autoscales on calls
-in progress, and the TTS model server as a deployment of its own, scaled separately.
+in progress; the model servers (stt, tts, llm) as deployments of their own, scaled separately
+(:mod:`rejoinder.server.ray_models`).
 
 * **agent** — the same FastAPI app as ``rejoinder serve`` (:func:`rejoinder.server.app.create_app`:
   browser ``/ws``, ``/twilio``, ``/health``, ``/metrics``, ``/info``, ``/calls/{id}``) behind
@@ -10,9 +11,9 @@ in progress, and the TTS model server as a deployment of its own, scaled separat
   the autoscaling signal: ``target_ongoing_requests`` = calls per replica (``--target-calls``).
   A replica chosen for scale-down stops getting new calls and is given ``drain_s`` (default: the
   longest call) for its calls to end (``graceful_shutdown_timeout_s``).
-* **tts** (``--models tts``) — the SageMaker-shaped streaming TTS endpoint
-  (:mod:`rejoinder.hosting.sagemaker_server`, Piper or espeak) under ``/models/tts``, with its own
-  replicas and autoscaling; the agent's stack is pointed at it.
+* **stt, tts, llm** (``--models stt,tts,llm``) — the model servers under ``/models/<name>``, each
+  with its own replicas and autoscaling; the agent's stack is pointed at them
+  (:mod:`rejoinder.server.ray_models`).
 
 Call reports (``GET /calls/{id}``) are kept by a shared actor as well as by the replica that
 served the call, so any replica answers for any call. The driver (this command) watches the
@@ -23,7 +24,6 @@ the run's summary), beside the cluster's description in the run's conditions.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -211,23 +211,3 @@ def _route_reports_through_ledger(app: Any, state: Any) -> None:
         return JSONResponse(report)
 
     app.router.routes.insert(0, APIRoute("/calls/{ref}", call_report, methods=["GET"]))
-
-
-def _tts_app(engine: str, options: dict[str, Any], access_key: str, secret_key: str):
-    """The TTS model server as its own deployment: the SageMaker-shaped streaming endpoint
-    (SigV4-checked with the given key pair)."""
-    from ray import serve
-
-    @serve.deployment(name="tts", **options)
-    @serve.ingress()
-    class TTSServer:
-        def __init__(self, engine: str, access_key: str, secret_key: str) -> None:
-            self.engine, self.keys = engine, (access_key, secret_key)
-
-        async def __serve_build_asgi_app__(self):
-            from ..hosting.cli import _build_tts
-            from ..hosting.sagemaker_server import create_app
-            tts = await asyncio.to_thread(_build_tts, self.engine)
-            return create_app(tts, endpoint_name="rejoinder-tts", access_key=self.keys[0], secret_key=self.keys[1])
-
-    return TTSServer.bind(engine, access_key, secret_key)

@@ -92,7 +92,7 @@ def plan_call(events: Iterable[Event], records: Iterable[TurnRecord], *, end_ms:
     """The spans of one finished call, parents before children.
 
     ``events`` are the call's events in emission order; ``records`` its turn records (with the
-    caller's truth already stamped, see :func:`rejoinder.callrun.attach_truth`); ``end_ms`` the
+    caller's truth already stamped, see :func:`rejoinder.harness.callrun.attach_truth`); ``end_ms`` the
     call clock when it ended.
     """
     per_turn: dict[int, list[Event]] = {}

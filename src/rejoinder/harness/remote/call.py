@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...caller import RenderedTurn, SimulatedCaller
-from ...callrun import CallResult, Overtalk
+from ..caller import RenderedTurn, SimulatedCaller
+from ..callrun import CallResult, Overtalk
 from ...clock import RealClock
 from ...pacing import STOP, shared_pacer
 from ...recording import WavWriter
@@ -40,7 +40,7 @@ log = logging.getLogger("rejoinder.harness.remote")
 
 @dataclass
 class RemoteCallResult(CallResult):
-    """A finished remote call: what :class:`rejoinder.callrun.CallResult` holds, plus which caller
+    """A finished remote call: what :class:`rejoinder.harness.callrun.CallResult` holds, plus which caller
     turn each agent turn answers (from what was heard), what the target reports (``"tools"``,
     ``"db"``: its final state, in ``final_state``), and what it said about the call (``target``)."""
 

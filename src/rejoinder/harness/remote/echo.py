@@ -44,7 +44,7 @@ def tone_reply(ms: float = 800.0, hz: float = 440.0) -> np.ndarray:
 def load_reply(path: str | Path) -> np.ndarray:
     """A recording (any rate) as int16 16 kHz, trimmed to start at its first voiced sample."""
     from ...audio_io import load_audio, resample, to_int16
-    from ...caller import voiced_span
+    from ..caller import voiced_span
     x, sr = load_audio(Path(path))
     pcm = to_int16(resample(x, sr, 16000))
     a, b = voiced_span(pcm)

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...caller import RenderedTurn, SimulatedCaller
+from ..caller import RenderedTurn, SimulatedCaller
 from ...clock import RealClock
 from .call import RemoteCallResult, heard_records, play, transcript_lines, write_records
 from .jitter import JitterBuffer

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .audio_io import load_audio, resample, to_int16
-from .scenario import ASTERISK_DIR, Scenario
+from ..audio_io import load_audio, resample, to_int16
+from ..scenario import ASTERISK_DIR, Scenario
 
 RATE = 16000
 FRAME = 320  # 20 ms
@@ -98,7 +98,7 @@ async def render_turns(sc: Scenario, caller_tts=None) -> list[RenderedTurn]:
 
     async def say(text: str) -> np.ndarray:
         if voice[0] is None:
-            from .adapters.espeak_tts import EspeakTTS
+            from ..adapters.espeak_tts import EspeakTTS
             voice[0] = EspeakTTS(voice=sc.caller_voice, rate=sc.caller_rate)
         pcs = [p.pcm async for p in voice[0].stream(text)]
         return resample(np.concatenate(pcs).astype(np.float32) / 32768.0, voice[0].sample_rate, RATE)

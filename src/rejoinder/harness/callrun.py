@@ -16,22 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from . import telemetry
+from .. import telemetry
 from .caller import RATE, SimulatedCaller
-from .clock import Clock, RealClock
-from .events import AgentSpeech, Boundary, EventBus, Recovery
-from .pacing import STOP, shared_pacer, uses_shared_pacer
-from .recording import WavWriter
-from .agent import Agent
-from .reply import FillerPolicy, RecoveryPolicy
-from .callmetrics import endpointing_metrics, longest_silences
-from .livesession import LiveSession
-from .session import Stack
-from .speculation import SpeculationAudit, speculation_metrics
-from .tools import CallContext
-from .stages import Stamper
-from .timeline import CallTranscript, Timeline, TurnRecord
-from .turns import TurnPolicy
+from ..clock import Clock, RealClock
+from ..events import AgentSpeech, Boundary, EventBus, Recovery
+from ..pacing import STOP, shared_pacer, uses_shared_pacer
+from ..recording import WavWriter
+from ..agent import Agent
+from ..reply import FillerPolicy, RecoveryPolicy
+from ..callmetrics import endpointing_metrics, longest_silences
+from ..livesession import LiveSession
+from ..session import Stack
+from ..speculation import SpeculationAudit, speculation_metrics
+from ..tools import CallContext
+from ..stages import Stamper
+from ..timeline import CallTranscript, Timeline, TurnRecord
+from ..turns import TurnPolicy
 
 FRAME_MS = 20.0  # one caller frame
 

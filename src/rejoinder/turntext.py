@@ -1,0 +1,100 @@
+"""Judging a caller turn's text for turn-taking: pure functions, no I/O and no clock.
+
+The session transcribes the turn at each pause (speculatively) and hands the transcript here;
+what comes back is a :class:`TextVerdict` that the turn state machine
+(:meth:`rejoinder.turns.TurnTaker.transcript_result`) and the preemptive LLM draft act on:
+
+* **a number still being read out** (:func:`number_still_open`): the transcript ends in digits of
+  an expected format not yet complete (:func:`rejoinder.dictation.number_open`), with the
+  agent's last words as context ("your phone number?") and the digit groups the caller read at
+  the turn's earlier long pauses (a phone number read 3-3-4 however the STT writes the digits).
+  The turn then gets the digit hold (``TurnPolicy.digit_hold_ms``) instead of a reply.
+  A transcript with *fewer* words than the last one that held, over more speech, keeps holding:
+  the recogniser dropped digits it had written before, the caller did not take them back;
+* **noise** (:func:`rejoinder.sounds.noise_verdict`): a whole turn that is a low-confidence
+  hallucination on background sound is rejected, never answered;
+* **how the text reads** (:func:`rejoinder.completeness.read_transcript`): complete, dangling
+  ("and", "my"), a question, a whole number of three digits or more (decisive).
+
+:func:`digit_group` says when speech resuming after a long pause closes a digit group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .completeness import Reading, read_transcript
+from .dictation import dictated_digits, number_open
+from .sounds import Heard, noise_verdict, words
+from .turns import State, TurnPolicy
+
+DECISIVE_DIGITS = 3  # a transcript ending in a whole number this long reads as decisive
+
+
+@dataclass(frozen=True)
+class TextVerdict:
+    """The judgement of the transcript of one pause of a turn (``end_ms``: the pause's start on
+    the call clock, ms; ``heard``: the transcript with the STT's confidence and the voiced time)."""
+
+    end_ms: float
+    heard: Heard
+    held: bool            # a number is still being read out: the digit hold applies
+    noise: str | None     # why the whole turn is noise to ignore, or None (a real turn)
+    reading: Reading      # how the text reads (complete, dangling, question, number)
+
+    @property
+    def fits(self) -> bool:
+        """A draft started on an earlier pause may still answer this transcript (no number
+        still open, not noise)."""
+        return not self.held and self.noise is None
+
+    @property
+    def drafts(self) -> bool:
+        """A preemptive LLM draft may start on this transcript: words, no open number, not
+        noise, not a dangling ending."""
+        return bool(self.heard.text) and self.fits and not self.reading.dangling
+
+
+def number_still_open(text: str, policy: TurnPolicy, *, agent_said: str = "",
+                      pauses: tuple[int, ...] = ()) -> bool:
+    """True when ``text`` ends in a number still being read out (``agent_said``: the agent's
+    last words, context for what number is asked for; ``pauses``: the digits read at each
+    earlier long pause of the turn). Formats from ``policy.numbers``."""
+    return number_open(text, agent_said, policy.numbers, pauses)
+
+
+def number_incomplete(text: str) -> bool:
+    """True when ``text`` ends in a number still being read out, with the default number
+    formats and no context (:func:`rejoinder.dictation.number_open`)."""
+    return number_open(text)
+
+
+def judge_pause(end_ms: float, heard: Heard, policy: TurnPolicy, *,
+                previous: TextVerdict | None = None, agent_said: str = "",
+                pauses: tuple[int, ...] = ()) -> TextVerdict:
+    """Judge ``heard`` (the transcript of the turn up to the pause at ``end_ms``, stripped).
+    ``previous``: the verdict of the turn's last pause (None on its first). See the module
+    docstring for the rules."""
+    text = heard.text
+    held = number_still_open(text, policy, agent_said=agent_said, pauses=pauses)
+    if (not held and previous is not None and previous.held
+            and len(words(text)) < len(words(previous.heard.text))):
+        held = True  # more speech, fewer words: the STT dropped the digits; keep holding
+    reading = read_transcript(text, number_open=held,
+                              number_complete=not held and dictated_digits(text) >= DECISIVE_DIGITS)
+    return TextVerdict(end_ms, heard, held, noise_verdict(heard, policy.sounds), reading)
+
+
+def digit_group(last: TextVerdict | None, onset_ms: float, *, state: State, last_voiced_ms: float,
+                policy: TurnPolicy) -> int:
+    """How many digits close a group when the caller's speech resumes at ``onset_ms`` (0: none).
+
+    A group closes when the turn was paused (``state`` user-paused or thinking), ``last`` is the
+    verdict of that very pause (its ``end_ms`` is ``last_voiced_ms``, the turn's last voiced
+    sample) and the pause lasted at least ``policy.numbers.group_pause_ms``: the digits that
+    transcript ends with are the group."""
+    if last is None or state not in (State.USER_PAUSED, State.THINKING):
+        return 0
+    if last.end_ms != last_voiced_ms or onset_ms - last_voiced_ms < policy.numbers.group_pause_ms:
+        return 0
+    return dictated_digits(last.heard.text)

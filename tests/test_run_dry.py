@@ -1,0 +1,52 @@
+"""A later chunk of a reply goes to TTS at a clause boundary when the audio queued ahead of the
+caller runs low (rejoinder.reply.RUN_DRY_MS), instead of leaving the line silent until a small
+LLM's run-on sentence ends. Scripted LLM and TTS on a virtual clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rejoinder import Agent
+from rejoinder.harness.callrun import run_call
+from rejoinder.clock import VirtualClock
+from rejoinder.events import EventBus, SpeakableText
+from rejoinder.ports import LLMRequest
+
+from fakes import tone
+from test_session import turn
+from test_steps import events_of, stack
+
+RUN_ON = ["Thanks", " for", " waiting.", " Your", " order", " 4217,", " the", " wireless",
+          " headphones,", " shipped", " on", " Friday,", " December", " 4,", " and", " it",
+          " should", " arrive", " on", " Wednesday", " next", " week."]
+
+
+@dataclass
+class SlowLLM:
+    """Streams ``tokens`` one every ``every_ms`` (call clock)."""
+
+    clock: VirtualClock
+    tokens: list[str] = field(default_factory=lambda: list(RUN_ON))
+    every_ms: float = 250.0
+    model_name: str = "slow"
+
+    async def stream(self, request: LLMRequest):
+        for tok in self.tokens:
+            await self.clock.sleep_until(self.clock.now_ms() + self.every_ms)
+            yield tok
+
+
+async def test_a_run_on_sentence_is_spoken_clause_by_clause_when_the_line_runs_dry():
+    clock, bus = VirtualClock(), EventBus()
+    chunks = events_of(bus, SpeakableText)
+    res = await run_call([turn(tone(600))], stack(clock, ["Where is my order?"], SlowLLM(clock)),
+                         Agent("You are a test agent."), clock=clock, tail_ms=9000, bus=bus)
+    assert res.error is None
+    texts = [c.text for c in chunks]
+    # the first chunk as usual; then, the 0.6 s of "Thanks for waiting." playing out while
+    # tokens come every 250 ms, clauses go as soon as they are safe instead of the sentence
+    assert texts[0] == "Thanks for waiting."
+    # (never inside "Friday, December 4": that comma is not a safe boundary)
+    assert texts[1:] == [" Your order 4217,", " the wireless headphones,",
+                         " shipped on Friday, December 4,", " and it should arrive on Wednesday next week."]
+    assert "".join(texts) == "".join(RUN_ON)
