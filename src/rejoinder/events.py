@@ -144,7 +144,9 @@ class SpeakableText:
 
 @dataclass(frozen=True, slots=True)
 class AgentSpeech:
-    """What the caller actually heard of a reply (written when it ends or is cut)."""
+    """What the caller actually heard of a reply (written when it ends or is cut).
+    ``repeated_words``: spoken words of it the caller heard twice because a recovery said them
+    again (:meth:`rejoinder.reply.Reply.repeated_words`; 0 when nothing was repeated)."""
 
     heard_text: str
     full_text: str
@@ -153,6 +155,7 @@ class AgentSpeech:
     t_ms: float
     call_id: str
     turn_id: int
+    repeated_words: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,39 @@ class ToolDecision:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerTiming:
+    """What an LLM server reported about serving one request, yielded last by a backend whose
+    server reports it (never measured by the adapter: the server's own clock and counters).
+    The runtime records it on the request's ``llm_end`` stamp and sums it per turn
+    (``TurnRecord.llm_server``); it is never spoken. None: not reported.
+
+    ``prompt_tokens``: prompt tokens the server evaluated, those not reused from its cache
+    (llama.cpp server ``timings.prompt_n``, else ``usage.prompt_tokens`` less the cached ones);
+    ``prompt_ms``: its time evaluating them (``timings.prompt_ms``); ``cached_tokens``: prompt
+    tokens reused from its cache (``timings.cache_n``, else
+    ``usage.prompt_tokens_details.cached_tokens``); ``generated_tokens``: tokens it generated
+    (``timings.predicted_n``, else ``usage.completion_tokens``); ``generated_ms``: its time
+    generating them (``timings.predicted_ms``). The names are those of llama.cpp's server
+    (``timings`` in its last streamed chunk) and of OpenAI's ``usage`` (sent in a last chunk
+    when the request asks with ``stream_options: {"include_usage": true}``)."""
+
+    prompt_tokens: int | None = None
+    prompt_ms: float | None = None
+    generated_tokens: int | None = None
+    generated_ms: float | None = None
+    cached_tokens: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The reported fields only (``{}`` when nothing was reported)."""
+        out: dict[str, Any] = {}
+        for k in ("prompt_tokens", "prompt_ms", "generated_tokens", "generated_ms", "cached_tokens"):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = round(v, 3) if isinstance(v, float) else v
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One chat message. An assistant message that called tools carries them in ``tool_calls``
     (its ``content`` is the text said before the calls, often empty); a ``tool`` message carries
@@ -193,7 +226,7 @@ class LLMRequest:
         return tuple(t for t in self.tools if t.name in self.allowed_tools)
 
 
-LLMDelta = Union[str, ToolCall, ToolDecision]
+LLMDelta = Union[str, ToolCall, ToolDecision, ServerTiming]
 
 
 @runtime_checkable
@@ -207,7 +240,8 @@ class LLMPort(Protocol):
 
     def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]: ...
 
-    # A backend that decides talk-or-call by scoring yields one :class:`ToolDecision` first.
+    # A backend that decides talk-or-call by scoring yields one :class:`ToolDecision` first;
+    # one whose server reports its own timing yields one :class:`ServerTiming` last.
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,13 +23,21 @@ Recovery (each one a :class:`~rejoinder.events.Recovery` event on the timeline):
 * The reply's first TTS audio is trimmed of the engine's leading silence (``_leading_silence``).
 
 :meth:`Reply.heard` computes exactly which words the caller heard; only those go into the context.
+
+Repeated words (:meth:`Reply.repeated_words`, summed per call as ``repeated_words`` by the fault
+sweep): every recovery that continues the reply (a TTS retry or backup, an LLM retry marked by
+``Say.resume``) is a *recovery point* in the spoken words the caller heard, in line order. At
+each point, the longest run of words heard just before it that is heard again just after it
+(:func:`repeated_across`) was said twice; a recovery that resumes from the word after the last
+one heard repeats none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
-from typing import AsyncIterable
+from typing import AsyncIterable, Iterable, Iterator, Sequence
 
 import numpy as np
 import soxr
@@ -60,6 +68,7 @@ class Say:
     step: int = 0
     wait_ms: float = 0.0  # with flush: the tool round coming is expected to take this long
     at_ms: float = 0.0    # when the item was written (call clock)
+    resume: bool = False  # what follows continues the reply after a recovery (an LLM retry)
 
 
 class RecoveryPolicy(BaseModel):
@@ -119,6 +128,27 @@ class _Spoken:
     timings: list[tuple[str, float, float]] = field(default_factory=list)  # ms within this piece
     chunk: int = 0                  # index of the written chunk (Reply.chunks) it speaks
     complete: bool = False          # all its audio was synthesized (its length is known)
+    resumed: bool = False           # it continues the reply after a recovery (a recovery point)
+
+
+def _bare(word: str) -> str:
+    return re.sub(r"[^\w']+", "", word.lower())
+
+
+def repeated_across(words: Sequence[str], points: Iterable[int]) -> int:
+    """Words said twice at recovery points: for each point ``p`` (an index into ``words``, where
+    the words after a recovery start), the largest ``k`` such that the ``k`` words before ``p``
+    are the ``k`` words from ``p`` on, compared without case and punctuation; summed over the
+    points. ``repeated_across("your order has your order has shipped".split(), [3]) == 3``.
+    A coincidental repeat across a point ("no, no") counts too: the figure is an upper bound."""
+    bare = [_bare(w) for w in words]
+    total = 0
+    for p in points:
+        for k in range(min(p, len(bare) - p), 0, -1):
+            if bare[p - k:p] == bare[p:p + k]:
+                total += k
+                break
+    return total
 
 
 def _written_heard(written: list[str], n_spoken: int, heard: int) -> int:
@@ -196,30 +226,37 @@ class Reply:
                               self.turn_id))
 
     async def _produce(self, items: AsyncIterable["Say"],
-                       queue: asyncio.Queue[tuple[str, str, int] | None]) -> None:
+                       queue: asyncio.Queue[tuple[str, str, int, bool] | None]) -> None:
         """Chunk the text as it arrives; a change of source or step (or a flush) ends the chunk."""
         chunker, source, step = SpeakableChunker(), "llm", 0
+        resume = [False]  # the next chunk continues the reply after a recovery
+
+        def put(chunk: str, src: str, stp: int) -> None:
+            queue.put_nowait((chunk, src, stp, resume[0]))
+            resume[0] = False
+
         try:
             filled = False
             async for item in (self._with_filler(items) if self.filler.enabled else items):
                 if item.flush and not filled and self._long_wait(item):
                     filled = True  # once per reply: the caller knows the agent is on it
                     for chunk in chunker.flush():
-                        queue.put_nowait((chunk, source, step))
-                    queue.put_nowait((self.filler.phrases[0], "filler", step))
+                        put(chunk, source, step)
+                    put(self.filler.phrases[0], "filler", step)
                     source = "filler"
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):
                     for chunk in chunker.flush():
-                        queue.put_nowait((chunk, source, step))
+                        put(chunk, source, step)
                     source = item.source
+                resume[0] = resume[0] or item.resume
                 if item.text.strip():
                     step = item.step
                 for chunk in chunker.push(item.text) + (chunker.flush() if source != "llm" else []):
-                    queue.put_nowait((chunk, source, step))  # the runtime's own lines are complete
+                    put(chunk, source, step)  # the runtime's own lines are complete
                 if queue.empty() and self._running_dry() and (clause := chunker.take_clause()):
-                    queue.put_nowait((clause, source, step))  # a clause now, not silence
+                    put(clause, source, step)  # a clause now, not silence
             for chunk in chunker.flush():
-                queue.put_nowait((chunk, source, step))
+                put(chunk, source, step)
         finally:
             queue.put_nowait(None)
 
@@ -266,10 +303,12 @@ class Reply:
             yield item
 
     # --- audio ------------------------------------------------------------------------------
-    async def _synthesize(self, queue: asyncio.Queue[tuple[str, str, int] | None]) -> None:
+    async def _synthesize(self, queue: asyncio.Queue[tuple[str, str, int, bool] | None]) -> None:
         norm = SpeechNormalizer()  # each chunk is read with the reply's earlier text as context
+        resumed = False
         while (entry := await queue.get()) is not None:
-            text, source, step = entry
+            text, source, step, resume = entry
+            resumed = resumed or resume
             self.full_text += text
             spoken = norm.feed(text)
             if not spoken.strip():
@@ -282,11 +321,13 @@ class Reply:
                 self._answer_marked = True
                 self.playout.mark_answer(self.turn_id, self.playout.reply.queued)
             self.chunks.append((text.split(), len(spoken.split()), step))
-            ok = await self._speak_chunk(spoken.split(), text.strip(), len(self.chunks) - 1)
+            ok = await self._speak_chunk(spoken.split(), text.strip(), len(self.chunks) - 1, resumed)
+            resumed = False
             if not ok:
                 return  # stale: the reply was cut
 
-    async def _speak_chunk(self, words: list[str], written: str, chunk: int = 0) -> bool:
+    async def _speak_chunk(self, words: list[str], written: str, chunk: int = 0,
+                           resumed: bool = False) -> bool:
         engines = [self.tts] * (1 + self.policy.tts_retries)
         if self.backup_tts is not None:
             engines.append(self.backup_tts)
@@ -294,7 +335,8 @@ class Reply:
         while attempt < len(engines):
             tts = engines[attempt]
             rec = _Spoken(words, self.playout.reply.queued if self.playout.reply else 0,
-                          text=written if attempt == 0 else None, chunk=chunk)
+                          text=written if attempt == 0 else None, chunk=chunk,
+                          resumed=resumed or attempt > 0)
             self.spoken.append(rec)
             try:
                 return await self._tts_once(tts, rec)
@@ -403,24 +445,49 @@ class Reply:
         rec.timings = rec.timings[:kept]
         return kept
 
+    def _heard_records(self, played: int) -> Iterator[tuple[_Spoken, int, bool]]:
+        """Each TTS request's audio the caller heard, in line order, given ``played`` samples:
+        ``(record, spoken words heard wholly, from estimated word ends?)``; it stops at the
+        record being played."""
+        for rec in self.spoken:
+            if not rec.words or rec.samples == 0 or rec.chunk >= len(self.chunks):
+                continue
+            if played >= rec.start + rec.samples:
+                yield rec, len(rec.words), False
+                continue
+            into = played - rec.start
+            if into <= 0:
+                return
+            ends = self._word_ends(rec)
+            timed = bool(rec.timings and len(rec.timings) == len(rec.words))
+            yield rec, sum(1 for e in ends if e <= into), not timed
+            return
+
     def _heard_counts(self, played: int) -> tuple[list[int], bool]:
         """Spoken words heard per written chunk, given ``played`` samples; and estimated?"""
         counts = [0] * len(self.chunks)
         estimated = self.estimated
-        for rec in self.spoken:
-            if not rec.words or rec.samples == 0 or rec.chunk >= len(counts):
-                continue
-            if played >= rec.start + rec.samples:
-                counts[rec.chunk] += len(rec.words)
-                continue
-            into = played - rec.start
-            if into <= 0:
-                break
-            ends = self._word_ends(rec)
-            estimated = estimated or not (rec.timings and len(rec.timings) == len(rec.words))
-            counts[rec.chunk] += sum(1 for e in ends if e <= into)
-            break
+        for rec, n, guessed in self._heard_records(played):
+            counts[rec.chunk] += n
+            estimated = estimated or guessed
         return counts, estimated
+
+    def heard_spoken(self, played: int) -> tuple[list[str], list[int]]:
+        """The spoken words the caller heard, in the order played, given ``played`` samples of
+        this reply, and the recovery points among them (indices where the words after a TTS
+        retry or backup, or after an LLM retry, start)."""
+        words: list[str] = []
+        points: list[int] = []
+        for rec, n, _ in self._heard_records(played):
+            if rec.resumed and words:
+                points.append(len(words))
+            words += rec.words[:n]
+        return words, points
+
+    def repeated_words(self, played: int) -> int:
+        """Spoken words the caller heard twice because a recovery said them again, given
+        ``played`` samples (:func:`repeated_across` over :meth:`heard_spoken`)."""
+        return repeated_across(*self.heard_spoken(played))
 
     def heard_by_step(self, played: int) -> list[tuple[int | None, str]]:
         """What the caller heard, as written, per chunk: ``(LLM step index, words)`` in order

@@ -287,8 +287,10 @@ class Draft:
             except (asyncio.CancelledError, GeneratorExit):
                 raise
             except Exception as exc:  # noqa: BLE001 — a failed stage is recovered, never fatal
-                self._put(Say("", flush=True))  # say what we have while we recover
-                if attempt < self.policy.llm_retries:
+                retry = attempt < self.policy.llm_retries
+                # say what we have while we recover; what the retry writes is a recovery point
+                self._put(Say("", flush=True, resume=retry))
+                if retry:
                     self._recovered("retry", repr(exc), step.text[-40:])
                     continue
                 self._recovered("give_up", repr(exc))

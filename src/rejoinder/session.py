@@ -526,7 +526,8 @@ class Session:
             # AgentSpeech; the turn's next reply accounts for this one's work (done_runs)
             return
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
-                                 self.st.now(), self.st.call_id, audio.turn_id))
+                                 self.st.now(), self.st.call_id, audio.turn_id,
+                                 reply.repeated_words(played) if reply else 0))
         if draft is not None and not draft.done_tools():
             # a tool outlives the cut reply: its call and result enter the context once it ends
             async def account() -> None:
@@ -545,8 +546,12 @@ class Session:
         self.ender.reply_done(audio.turn_id, interrupted, self.st.now())
 
     async def close(self) -> None:
-        """Cancel everything still running for this call and wait for it."""
+        """Cancel everything still running for this call and wait for it. A reply still on the
+        line when the call ends is reported as cut there (its ``AgentSpeech`` holds what the
+        caller heard of it, and the context gets it), not lost."""
         self.closed = True
+        if self.playout.reply is not None:
+            self.playout.clear(self.st.now())  # reports through _on_reply_done
         self.tracker.close()
         for t in list(self._tasks):
             t.cancel()

@@ -17,8 +17,8 @@ from typing import Any, AsyncIterable, AsyncIterator, Callable
 
 from .clock import Clock
 from .events import Boundary, Event, EventBus
-from .ports import (LLMDelta, LLMPort, LLMRequest, PortError, STTPort, ToolDecision, Transcript,
-                    TTSAudio, TTSPort)
+from .ports import (LLMDelta, LLMPort, LLMRequest, PortError, ServerTiming, STTPort, ToolDecision,
+                    Transcript, TTSAudio, TTSPort)
 
 
 class WatchdogTimeout(PortError):
@@ -90,7 +90,8 @@ async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest
     :class:`~rejoinder.ports.ToolDecision` arrives (``data``: chosen, margin, threshold, source,
     scores) and ``llm_end`` (``data``: outcome,
     ``deltas`` — text deltas streamed, one token each for llama.cpp and OpenAI-style streams —
-    and ``tool_calls``)."""
+    ``tool_calls``, and ``server``: the :class:`~rejoinder.ports.ServerTiming` the server reported,
+    as a dict, when it did). A ``ServerTiming`` is recorded, not re-yielded."""
     st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
              messages=len(request.messages), max_tokens=request.max_tokens,
              temperature=request.temperature, tools=len(request.tools))
@@ -100,6 +101,9 @@ async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest
         if isinstance(delta, ToolDecision):
             st.stamp("tool_decided", turn_id, **delta.as_dict())
             return
+        if isinstance(delta, ServerTiming):
+            data["server"] = delta.as_dict()
+            return
         if delta and not (data["deltas"] or data["tool_calls"]):
             st.stamp("llm_first_token", turn_id)
         if isinstance(delta, str):
@@ -108,7 +112,8 @@ async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest
             data["tool_calls"] += 1
 
     async for delta in _until_closed(st, turn_id, llm.stream(request), "llm_end", each, data):
-        yield delta
+        if not isinstance(delta, ServerTiming):
+            yield delta
 
 
 async def timed_tts(st: Stamper, turn_id: int, chunk: int, tts: TTSPort, text: str) -> AsyncIterator[TTSAudio]:

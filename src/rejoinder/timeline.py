@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterable
 
 from .events import (AgentSpeech, Boundary, CallEnd, ErrorEvent, Event, Recovery, Speculation,
                      StepEntered, ToolCallEvent, TranscriptEvent, TurnDecision, event_to_dict)
@@ -82,6 +82,15 @@ class TurnRecord:
     speculation: list[dict[str, Any]] = field(default_factory=list)  # rejoinder.speculation
     commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
     retractions: list[float] = field(default_factory=list)  # commits the transcript took back
+    repeated_words: int = 0  # spoken words heard twice because a recovery said them again
+    # what the LLM server reported about serving the turn's requests (rejoinder.ports.ServerTiming
+    # fields, each summed over the requests that reported it; "requests": how many did): {} if none
+    llm_server: dict[str, Any] = field(default_factory=dict)
+
+    def add_server_timing(self, reported: dict[str, Any]) -> None:
+        """Add one LLM request's server-reported timing (``ServerTiming.as_dict()``)."""
+        if reported:
+            self.llm_server = sum_reported([self.llm_server, {"requests": 1, **reported}])
 
     def segments(self) -> dict[str, float] | None:
         """Critical-path segments (ms) summing to :meth:`v2v_ms`, or None without playback."""
@@ -178,7 +187,19 @@ class TurnRecord:
             "speculation": self.speculation,
             "commits": [round(t, 3) for t in self.commits],
             "retractions": [round(t, 3) for t in self.retractions],
+            "repeated_words": self.repeated_words,
+            "llm_server": self.llm_server,
         }
+
+
+def sum_reported(parts: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
+    """Key-wise sums of server-reported figures (``TurnRecord.llm_server`` dicts; None and ``{}``
+    add nothing): a call's or a run's total of what the LLM server reported."""
+    out: dict[str, Any] = {}
+    for part in parts:
+        for k, v in (part or {}).items():
+            out[k] = round(out.get(k, 0) + v, 3)
+    return out
 
 
 class Timeline:
@@ -249,6 +270,7 @@ class Timeline:
             if event.interrupted and "playback_start" not in rec.stamps:
                 return  # a reply dropped before the caller heard any of it (the turn reopened)
             rec.heard_text = event.heard_text
+            rec.repeated_words += event.repeated_words
             if event.interrupted:
                 rec.status = "interrupted"
 
@@ -283,6 +305,8 @@ class Timeline:
             rec.tool_decisions.append({**b.data, "t_ms": round(b.t_ms, 3)})
         elif b.name == "llm_request":
             rec.llm_requests += 1
+        elif b.name == "llm_end" and b.data.get("server"):
+            rec.add_server_timing(b.data["server"])
         elif b.name == "eot_decided":
             rec.commits.append(b.t_ms)
         elif b.name == "transcript_final":

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from rejoinder.audio_io import resample, to_float32
-from rejoinder.ports import (ChatMessage, LLMPort, LLMRequest, PortError, STTPort, ToolCall,
-                             TTSAudio, TTSPort, TurnPort, VADPort)
+from rejoinder.ports import (ChatMessage, LLMPort, LLMRequest, PortError, ServerTiming, STTPort,
+                             ToolCall, TTSAudio, TTSPort, TurnPort, VADPort)
 from tool_cases import SUPPORT, TOOLS, assert_valid_call
 
 VADS = ["silero"]
@@ -176,9 +176,17 @@ SCHEMA = {"type": "object",
           "required": ["intent", "quantity"]}
 
 
+async def said(stream) -> list:
+    """The stream's text and calls; a :class:`ServerTiming` (what a server reported about its
+    own work) may only come last."""
+    out = [d async for d in stream]
+    assert not any(isinstance(d, ServerTiming) for d in out[:-1]), out
+    return [d for d in out if not isinstance(d, ServerTiming)]
+
+
 async def test_llm_streams(llm):
     assert isinstance(llm, LLMPort) and llm.model_name
-    deltas = [d async for d in llm.stream(LLMRequest(messages=ASK, max_tokens=24))]
+    deltas = await said(llm.stream(LLMRequest(messages=ASK, max_tokens=24)))
     assert deltas and all(isinstance(d, str) for d in deltas)
     assert "".join(deltas).strip()
 
@@ -186,7 +194,7 @@ async def test_llm_streams(llm):
 async def test_llm_json_schema(llm):
     req = LLMRequest(messages=(ChatMessage("user", "I'd like to order two pizzas, please."),),
                      json_schema=SCHEMA, max_tokens=48, temperature=0.0)
-    data = json.loads("".join([d async for d in llm.stream(req)]))
+    data = json.loads("".join(await said(llm.stream(req))))
     assert set(data) >= {"intent", "quantity"}
     assert data["intent"] in {"order", "cancel", "other"}
     assert isinstance(data["quantity"], int)
@@ -210,7 +218,7 @@ async def test_llm_cancellation(llm, with_tools):
         await asyncio.to_thread(lock.acquire)
         lock.release()
         assert llm.last_stats.generated <= 8, llm.last_stats
-    out = [d async for d in llm.stream(LLMRequest(messages=ASK, max_tokens=4))]
+    out = await said(llm.stream(LLMRequest(messages=ASK, max_tokens=4)))
     assert out and all(isinstance(d, str) for d in out)
 
 
@@ -218,13 +226,13 @@ async def test_llm_cancellation(llm, with_tools):
 async def test_llm_tool_required_yields_a_valid_call(llm):
     req = LLMRequest((SUPPORT, ChatMessage("user", "Can you check order 4217?")), tools=TOOLS,
                      tool_choice="required", temperature=0.0, max_tokens=48)
-    out = [d async for d in llm.stream(req)]
+    out = await said(llm.stream(req))
     calls = [d for d in out if isinstance(d, ToolCall)]
     assert len(calls) == 1, out
     assert_valid_call(calls[0])
     named = LLMRequest((SUPPORT, ChatMessage("user", "Move my haircut to Thursday at 3 pm.")),
                        tools=TOOLS, tool_choice="reschedule_appointment", temperature=0.0)
-    calls = [d async for d in llm.stream(named)]
+    calls = await said(llm.stream(named))
     assert [c.name for c in calls] == ["reschedule_appointment"]
     assert_valid_call(calls[0])
 
@@ -232,7 +240,7 @@ async def test_llm_tool_required_yields_a_valid_call(llm):
 async def test_llm_tool_none_yields_text(llm):
     req = LLMRequest((SUPPORT, ChatMessage("user", "Can you check order 4217?")), tools=TOOLS,
                      tool_choice="none", temperature=0.0, max_tokens=32)
-    out = [d async for d in llm.stream(req)]
+    out = await said(llm.stream(req))
     assert out and all(isinstance(d, str) for d in out)
     text = "".join(out)
     assert text.strip() and "<tool_call>" not in text
@@ -245,7 +253,7 @@ async def test_llm_continues_with_text_after_a_tool_result(llm):
             ChatMessage("tool", json.dumps({"order_id": "4217", "status": "shipped",
                                             "eta": "Friday"}), tool_call_id="call_1"))
     req = LLMRequest(msgs, tools=TOOLS, tool_choice="auto", temperature=0.0, max_tokens=40)
-    out = [d async for d in llm.stream(req)]
+    out = await said(llm.stream(req))
     assert out and all(isinstance(d, str) for d in out), out
     text = "".join(out)
     assert text.strip() and "<" not in text and "{" not in text, text
@@ -254,7 +262,7 @@ async def test_llm_continues_with_text_after_a_tool_result(llm):
 async def test_llm_unknown_tool_choice_is_port_error(llm):
     req = LLMRequest((SUPPORT, ChatMessage("user", "Hi.")), tools=TOOLS, tool_choice="rm_rf")
     with pytest.raises(PortError):
-        [d async for d in llm.stream(req)]
+        await said(llm.stream(req))
 
 
 # ---------------------------------------------------------------- TTS

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator
 
 from ..clock import Clock
 from ..errors import ConfigError
-from ..ports import PortError, TTSAudio
+from ..ports import PortError, ServerTiming, TTSAudio
 
 DEFAULT_SWEEP = "tts:drop@2%0.25,tts:slow=700%0.15,llm:stall=2500@3%0.2,llm:error%0.1,llm:drop@5%0.15"
 KINDS = ("drop", "stall", "error", "slow")
@@ -94,6 +94,9 @@ class _Injector:
                 if f.kind == "error":
                     raise PortError(f"injected fault: {f.stage} error before first item")
             async for item in stream:
+                if isinstance(item, ServerTiming):  # the server's report, not an item of output
+                    yield item
+                    continue
                 for f in active:
                     if f.after == n:
                         if f.kind == "drop" and isinstance(item, TTSAudio):

@@ -23,7 +23,15 @@ only for a named ``tool_choice``: with ``"auto"`` and ``stream: true`` it raises
 streaming tool choice is not supported" once the model picks a function, it fails an assertion on
 ``"required"``, and it drops ``tool`` messages from the prompt (use
 ``OpenAICompatLLM(stream_tools=False)`` with it). The server ignores unknown request fields
-(``prompt_cache_key`` included) and keeps only the last prompt's KV prefix.
+(``prompt_cache_key`` and ``stream_options`` included) and keeps only the last prompt's KV prefix.
+
+Server-side timing. Like llama.cpp's own ``llama-server``, :data:`CHAT_FORMAT` answers carry a
+``timings`` object (in the last streamed chunk, and in a whole response): ``prompt_n`` /
+``prompt_ms`` (prompt tokens evaluated and the time spent on them), ``predicted_n`` /
+``predicted_ms`` (tokens generated, and the time from the first to the last), their per-token
+and per-second rates, and ``cache_n`` (prompt tokens reused from the KV cache), measured by the
+server on its own clock around the model call (:class:`RequestTimer`), as llama.cpp's server
+does: they leave out the HTTP exchange and any wait before the request reached the model.
 """
 
 from __future__ import annotations
@@ -224,6 +232,39 @@ def to_request(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | Non
                       tool_choice=choice)
 
 
+class RequestTimer:
+    """The server's own clock on one request (``time.perf_counter``), kept as llama.cpp's server
+    keeps its ``timings``: the prompt from the start of generation to the first token out
+    (``prompt_ms``), the generation from there to the last (``predicted_ms``)."""
+
+    def __init__(self) -> None:
+        self.start = self.first = self.end = 0.0
+
+    def wrap(self, deltas: Iterator[Any]) -> Iterator[Any]:
+        """Re-yield ``deltas``, noting when the first text or call and the end come."""
+        self.start = time.perf_counter()
+        for d in deltas:
+            if not self.first and not isinstance(d, ToolDecision):
+                self.first = time.perf_counter()
+            yield d
+        self.end = time.perf_counter()
+
+    def timings(self, prompt: int, prefilled: int, generated: int) -> dict[str, Any]:
+        """llama.cpp server's ``timings`` object: ``prompt_n`` (prompt tokens evaluated, i.e.
+        ``prefilled``), ``cache_n`` (reused from the KV cache), ``predicted_n`` (generated), their
+        times (ms) and rates."""
+        end = self.end or time.perf_counter()
+        first = self.first or end
+        pms, gms = 1000.0 * (first - self.start), 1000.0 * (end - first)
+        pn, gn = prefilled, generated
+        return {"cache_n": max(0, prompt - prefilled), "prompt_n": pn, "prompt_ms": round(pms, 3),
+                "prompt_per_token_ms": round(pms / pn, 3) if pn else None,
+                "prompt_per_second": round(1000.0 * pn / pms, 3) if pms > 0 else None,
+                "predicted_n": gn, "predicted_ms": round(gms, 3),
+                "predicted_per_token_ms": round(gms / gn, 3) if gn else None,
+                "predicted_per_second": round(1000.0 * gn / gms, 3) if gms > 0 else None}
+
+
 def _delta_json(i: int, c: ToolCall) -> dict[str, Any]:
     return {"index": i, "id": c.id, "type": "function",
             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
@@ -244,7 +285,13 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
     request = to_request(messages, tools, tool_choice, temperature=temperature,
                          max_tokens=max_tokens, stop=stop, response_format=response_format)
     cid, created, name = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model or "default"
-    deltas = engine.generate(request, threading.Event())
+    timer = RequestTimer()
+    raw = engine.generate(request, threading.Event())
+    deltas = timer.wrap(raw)
+
+    def server_timings() -> dict[str, Any]:
+        s = engine.last_stats
+        return {"timings": timer.timings(s.prompt, s.prefilled, s.generated)}
 
     def finish(calls: list[ToolCall]) -> str:
         if calls:
@@ -272,7 +319,8 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
                 del t["index"]
         return {"id": cid, "object": "chat.completion", "created": created, "model": name,
                 "choices": [{"index": 0, "message": msg, "logprobs": None,
-                             "finish_reason": finish(calls)}], "usage": usage()}
+                             "finish_reason": finish(calls)}], "usage": usage(),
+                **server_timings()}
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": name,
@@ -293,7 +341,8 @@ def chat_handler(*, llama: Any, messages: list[dict[str, Any]], tools: Any = Non
                     yield chunk({"content": d})
         finally:
             deltas.close()
-        yield chunk({}, finish(calls))
+            raw.close()
+        yield {**chunk({}, finish(calls)), "usage": usage(), **server_timings()}
 
     return chunks()
 

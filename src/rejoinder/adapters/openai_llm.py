@@ -12,8 +12,44 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from ..errors import ConfigError
-from ..ports import ChatMessage, LLMDelta, LLMRequest, PortError, ToolCall
+from ..ports import ChatMessage, LLMDelta, LLMRequest, PortError, ServerTiming, ToolCall
 from ._toolcall import check_tool_choice
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _ms(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else None
+
+
+def read_server_timing(event: dict[str, Any], into: dict[str, Any]) -> None:
+    """Collect what a response or stream chunk reports about the server's own work into
+    ``into`` (:class:`~rejoinder.ports.ServerTiming` fields): OpenAI's ``usage``
+    (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``) and
+    llama.cpp server's ``timings`` (``prompt_n``, ``prompt_ms``, ``predicted_n``,
+    ``predicted_ms``, ``cache_n``), which win where both report. Malformed fields are ignored."""
+    usage = event.get("usage")
+    if isinstance(usage, dict):
+        details = usage.get("prompt_tokens_details")
+        cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+        prompt = _count(usage.get("prompt_tokens"))
+        if prompt is not None and "prompt_ms" not in into:  # llama.cpp's own counts stay
+            into["prompt_tokens"] = prompt - min(prompt, cached or 0)
+            if cached is not None:
+                into["cached_tokens"] = cached
+        if (gen := _count(usage.get("completion_tokens"))) is not None and "generated_ms" not in into:
+            into["generated_tokens"] = gen
+    timings = event.get("timings")
+    if isinstance(timings, dict):
+        for ours, theirs, read in (("prompt_tokens", "prompt_n", _count),
+                                   ("prompt_ms", "prompt_ms", _ms),
+                                   ("generated_tokens", "predicted_n", _count),
+                                   ("generated_ms", "predicted_ms", _ms),
+                                   ("cached_tokens", "cache_n", _count)):
+            if (v := read(timings.get(theirs))) is not None:
+                into[ours] = v
 
 
 def _message(m: ChatMessage) -> dict[str, Any]:
@@ -98,6 +134,12 @@ class OpenAICompatLLM:
             tool calls (llama-cpp-python's ``chatml-function-calling`` with ``tool_choice:
             "auto"``).
         client: an ``httpx.AsyncClient`` to reuse (its lifetime stays the caller's).
+        stream_usage: ask a streamed answer for its token counts (``stream_options:
+            {"include_usage": true}``: OpenAI, vLLM, llama.cpp, Ollama; default True). False
+            for a server that rejects the field. What the server reports about its own work
+            (that ``usage``, and llama.cpp server's ``timings`` with its prompt and generation
+            times, sent unasked) is yielded last as one :class:`~rejoinder.ports.ServerTiming`;
+            the adapter never measures time itself.
         allowed_tools: how ``LLMRequest.allowed_tools`` (a conversation step's tools) reaches the
             server. Every tool is always sent when the restriction fits ``tool_choice`` itself
             (a required call with one allowed tool is sent as that tool's name; no allowed tool
@@ -120,7 +162,8 @@ class OpenAICompatLLM:
                  api_key: str | None = None, *, timeout_s: float = 30.0,
                  schema_format: str = "json_schema", prompt_cache_key: bool = False,
                  stream_tools: bool = True, client: Any = None,
-                 allowed_tools: str = "filter", warm: bool = False) -> None:
+                 allowed_tools: str = "filter", warm: bool = False,
+                 stream_usage: bool = True) -> None:
         import httpx
 
         base = base_url or os.environ.get("REJOINDER_LLM_BASE_URL")
@@ -134,6 +177,7 @@ class OpenAICompatLLM:
             raise ConfigError(f"allowed_tools must be 'filter' or 'tool_choice', not {allowed_tools!r}")
         self.allowed_tools = allowed_tools
         self.warm = warm
+        self.stream_usage = stream_usage
         self.schema_format = schema_format
         self.prompt_cache_key = prompt_cache_key
         self.stream_tools = stream_tools
@@ -163,6 +207,8 @@ class OpenAICompatLLM:
             "model": self.model_name, "messages": messages, "stream": self._streams(request),
             "max_tokens": request.max_tokens, "temperature": request.temperature,
         }
+        if body["stream"] and self.stream_usage:
+            body["stream_options"] = {"include_usage": True}
         if request.stop:
             body["stop"] = list(request.stop)
         if request.tools:
@@ -200,8 +246,9 @@ class OpenAICompatLLM:
         return request.callable_tools(), _tool_choice(request.tool_choice)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]:
-        """Yield content deltas (``str``) as the server streams them, and each tool call as one
-        :class:`~rejoinder.ports.ToolCall` once complete.
+        """Yield content deltas (``str``) as the server streams them, each tool call as one
+        :class:`~rejoinder.ports.ToolCall` once complete, and last, when the server reported
+        its own work (``usage``, ``timings``), one :class:`~rejoinder.ports.ServerTiming`.
 
         Raises:
             PortError: connection failure, HTTP status ≥ 400 (status and body excerpt in the
@@ -220,7 +267,9 @@ class OpenAICompatLLM:
                                            headers=self._headers) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
-                    raise PortError(f"{url} answered HTTP {resp.status_code}: {body[:300]}")
+                    hint = (" (OpenAICompatLLM(stream_usage=False) leaves stream_options out)"
+                            if "stream_options" in body else "")
+                    raise PortError(f"{url} answered HTTP {resp.status_code}: {body[:300]}{hint}")
                 if self._streams(request):
                     async for delta in self._sse(url, resp):
                         calls += isinstance(delta, ToolCall)
@@ -241,6 +290,7 @@ class OpenAICompatLLM:
     async def _sse(url: str, resp: Any) -> AsyncIterator[LLMDelta]:
         pending: dict[int, _PendingCall] = {}
         finished = False
+        timing: dict[str, Any] = {}
         async for line in resp.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -256,6 +306,7 @@ class OpenAICompatLLM:
                 raise PortError(f"{url} sent a malformed event: {data[:200]}") from exc
             if "error" in event:
                 raise PortError(f"{url} reported an error: {str(event['error'])[:300]}")
+            read_server_timing(event, timing)  # the last chunk(s): usage, llama.cpp's timings
             choices = event.get("choices") or []
             if not choices:
                 continue
@@ -275,6 +326,8 @@ class OpenAICompatLLM:
             raise PortError(f"{url} ended the stream before [DONE] or a finish reason")
         for i in sorted(pending):
             yield pending.pop(i).done(url)
+        if timing:
+            yield ServerTiming(**timing)
 
     @staticmethod
     def _whole(url: str, body: dict[str, Any]) -> list[LLMDelta]:
@@ -291,6 +344,10 @@ class OpenAICompatLLM:
                 "name": fn.get("name"),
                 "arguments": args if isinstance(args, str) or args is None else json.dumps(args)}})
             out.append(call.done(url))
+        timing: dict[str, Any] = {}
+        read_server_timing(body, timing)
+        if timing:
+            out.append(ServerTiming(**timing))
         return out
 
     def warmup(self, system_prompt: str | None = None, tools: Any = (), cache_key: str | None = None) -> int:
@@ -307,6 +364,7 @@ class OpenAICompatLLM:
         body = self.payload(LLMRequest((ChatMessage("system", system_prompt or ""),), tools=tuple(tools),
                                        max_tokens=1, temperature=0.0))
         body["stream"] = False
+        body.pop("stream_options", None)  # only allowed on a streamed request
         headers = {k: v for k, v in self._headers.items() if k != "Accept"}
         try:
             resp = httpx.post(f"{self.base_url}/chat/completions", json=body, headers=headers, timeout=120.0)

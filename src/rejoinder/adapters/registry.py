@@ -65,6 +65,7 @@ class OpenAIOptions(BaseModel):
     stream_tools: bool = True
     allowed_tools: Literal["filter", "tool_choice"] = "filter"
     warm: bool = False  # prefill the system turn at start-up (a llama.cpp server keeps that prefix)
+    stream_usage: bool = True  # ask for usage (stream_options); False for a server rejecting it
 
 
 class EspeakOptions(BaseModel):

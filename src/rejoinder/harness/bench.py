@@ -31,7 +31,7 @@ from .. import gctune
 from .caller import RenderedTurn, render_turns
 from ..scenario import Scenario
 from ..stalls import LoopWatch, TurnWindow, attribute, summarize
-from ..timeline import transcript_text
+from ..timeline import sum_reported, transcript_text
 from .answers import small_talk_counts
 from .expect import evaluate
 from .stats import percentiles
@@ -171,6 +171,8 @@ async def run_one(agent: AgentLike, job: Job, run_id: str, store: RunStore, opts
             value = getattr(res, fn)() if hasattr(res, fn) else None
             if value is not None:
                 rec["extra"][key] = value
+        if (server := sum_reported(t.get("llm_server") for t in turns)):
+            rec["extra"]["llm_server"] = server  # what the LLM server reported, over the call
         if verdict.skipped:
             rec["extra"]["skipped_checks"] = verdict.skipped
         if (talk := small_talk_counts(sc, verdict.failures, verdict.skipped)) is not None:

@@ -59,6 +59,7 @@ class CallResult:
     transfer: dict[str, Any] | None = None  # {turn_id, target, reason, confirmed}: transferred
     clock_origin_s: float | None = None  # the call clock's t = 0 on perf_counter (s), if real
     unconfirmed_words: int = 0  # LLM words handed to TTS before their turn was decided over
+    repeated_words: int = 0  # spoken words heard twice because a recovery said them again
 
     def endpointing_metrics(self) -> dict[str, Any] | None:
         """Endpointing delays and false cut-offs against the caller's own audio
@@ -87,6 +88,7 @@ class CallResult:
                 "recovery_gap_ms": [round(x, 1) for x in self.recovery_gaps_ms()],
                 "overlapping_audio": self.overlapping_audio,
                 "unheard_context_words": self.unheard_context_words,
+                "repeated_words": self.repeated_words,
                 "recoveries": self.recoveries, "faults_injected": self.faults_injected,
                 "silences_over_1s": sum(1 for r in self.turns for _, d in r.stalls if d > 1000)}
 
@@ -166,6 +168,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
 
     heard_words: list[int] = []
     recoveries = [0]
+    repeated = [0]  # words heard twice (AgentSpeech.repeated_words, summed)
 
     audit = SpeculationAudit()
 
@@ -173,6 +176,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         audit(ev)
         if isinstance(ev, AgentSpeech):
             heard_words.append(len(ev.heard_text.split()))
+            repeated[0] += ev.repeated_words
         elif isinstance(ev, Recovery):
             recoveries[0] += 1
         elif isinstance(ev, Boundary) and ev.name == "tool_start":
@@ -239,7 +243,7 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
                       context=list(session.conv.history), heard_log=list(session.conv.heard_log),
                       hangup=session.hangup, transfer=session.transfer,
                       clock_origin_s=(clock.origin_ns / 1e9 if isinstance(clock, RealClock) else None),
-                      unconfirmed_words=audit.unconfirmed_words)
+                      unconfirmed_words=audit.unconfirmed_words, repeated_words=repeated[0])
 
 
 class Overtalk:

@@ -79,7 +79,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     ctl = Table(title="conversation control: over-talk (caller starts → agent audio stops at the caller) "
                 "and recovery gap (ms)", box=box.SIMPLE_HEAD)
     for h in ("N", "over-talk p50", "p95", "n", "recovery gap p50", "p95", "faults", "recoveries",
-              "overlapping audio", "unheard ctx words", "silences >1 s"):
+              "overlapping audio", "unheard ctx words", "repeated words", "silences >1 s"):
         ctl.add_column(h, justify="right")
     shown = False
     for lv in summary["levels"]:
@@ -90,9 +90,17 @@ def print_summary(summary: dict[str, Any]) -> None:
         ctl.add_row(str(lv["concurrency"]), _f(ot["p50"]), _f(ot["p95"]), str(lv.get("overtalk_n", "")),
                     _f(gap["p50"]), _f(gap["p95"]), _f(lv["faults_injected"]), _f(lv["recoveries"]),
                     _f(lv["overlapping_audio"]), _f(lv["unheard_context_words"]),
+                    _f(lv.get("repeated_words")),
                     _f(lv["silences_over_1s_in_reply"]))
     if shown:
         out.print(ctl)
+    for lv in summary["levels"]:
+        if s := lv.get("llm_server"):  # reported by the server itself (llama.cpp timings, usage)
+            out.print(f"LLM server, N={lv['concurrency']}: {s.get('requests', 0)} requests reported; "
+                      f"prompt {s.get('prompt_tokens', '—')} tokens evaluated "
+                      f"({s.get('cached_tokens', '—')} cached) in {_f(s.get('prompt_ms'))} ms, "
+                      f"generated {s.get('generated_tokens', '—')} tokens in "
+                      f"{_f(s.get('generated_ms'))} ms ({_f(s.get('generated_tokens_per_s'))} tokens/s)")
     print_turn_taking(summary)
     cap = summary["capacity"]
     if cap.get("concurrency") is not None:

@@ -419,7 +419,8 @@ def comparison(store: Any, results: list[tuple[Plan, str, str]], min_ms: float =
                           **((info["levels"].get(lv["concurrency"]) or {}).get("processes", {}) if lv else {})},
             "failure": plan.failure,
             "control": {k: lv.get(k) for k in ("recoveries", "recovery_gap_ms", "overlapping_audio",
-                                               "unheard_context_words", "silences_over_1s_in_reply",
+                                               "unheard_context_words", "repeated_words",
+                                               "silences_over_1s_in_reply",
                                                "task_success_rate", "stalls")} if lv else {},
         }
         if base and run_id != base:

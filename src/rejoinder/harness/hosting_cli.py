@@ -74,14 +74,15 @@ def print_comparison(out: Any, cmp: dict[str, Any]) -> None:
     if failed:
         ft = Table(title="under a mid-stream TTS failure (half of the requests die mid-sentence)", box=box.SIMPLE_HEAD)
         for h in ("run", "fault", "recoveries", "recovery gap p50 / p95 ms", "stalls", "overlapping audio",
-                  "unheard ctx words", "silences >1 s", "tasks ok"):
+                  "unheard ctx words", "repeated words", "silences >1 s", "tasks ok"):
             ft.add_column(h)
         for r in failed:
             c = r["control"]
             ok = c.get("task_success_rate")
             ft.add_row(r["label"], r["failure"], str(c.get("recoveries")), _pair(c.get("recovery_gap_ms")),
                        str((c.get("stalls") or {}).get("count")), str(c.get("overlapping_audio")),
-                       str(c.get("unheard_context_words")), str(c.get("silences_over_1s_in_reply")),
+                       str(c.get("unheard_context_words")), str(c.get("repeated_words")),
+                       str(c.get("silences_over_1s_in_reply")),
                        "—" if ok is None else f"{100 * ok:.0f}%")
         out.print(ft)
     for r in runs[1:]:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..dictation import dictated_digits
-from ..timeline import SEGMENTS
+from ..timeline import SEGMENTS, sum_reported
 from .eotsummary import eot_summary
 from .stats import percentiles
 from .store import RunStore
@@ -69,6 +69,7 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
         "ear_check_max_ms": max((e for e in ears if e is not None), default=None),
         **control_summary(calls),
         "turn_taking": turn_taking_summary(turns, calls),
+        "llm_server": llm_server_summary(calls),
         **eot_summary(calls),
     }
     if stats:
@@ -99,7 +100,9 @@ def failure_causes(calls: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
     """Barge-in and recovery figures over calls: over-talk (caller starts speaking → agent audio
     stops at the caller) and recovery gap (audio stops → resumed audio at the caller) percentiles,
-    and the counters that must stay 0 (overlapping agent audio, unheard words in the context)."""
+    and the counters that must stay 0 (overlapping agent audio, unheard words in the context,
+    words heard twice because a recovery said them again: ``repeated_words``, None in a run
+    stored before it was counted)."""
     ctl = [c["extra"]["control"] for c in calls if c.get("extra") and c["extra"].get("control")]
 
     def total(key: str) -> int | None:  # None: no call could observe it (a remote agent's internals)
@@ -112,10 +115,25 @@ def control_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
         "recovery_gap_ms": percentiles(x for c in ctl for x in c["recovery_gap_ms"]),
         "overlapping_audio": total("overlapping_audio"),
         "unheard_context_words": total("unheard_context_words"),
+        "repeated_words": total("repeated_words"),
         "faults_injected": total("faults_injected"),
         "recoveries": total("recoveries"),
         "silences_over_1s_in_reply": total("silences_over_1s"),
     }
+
+
+def llm_server_summary(calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the LLM server reported about its own work over the calls
+    (:class:`rejoinder.ports.ServerTiming` fields summed; ``requests``: how many requests
+    reported), with its prompt and generation speeds in tokens/s; None when no server reported
+    (an in-process LLM, or a server that reports nothing)."""
+    tot = sum_reported((c.get("extra") or {}).get("llm_server") for c in calls)
+    if not tot:
+        return None
+    for kind in ("prompt", "generated"):
+        if tot.get(f"{kind}_ms") and f"{kind}_tokens" in tot:
+            tot[f"{kind}_tokens_per_s"] = round(1000.0 * tot[f"{kind}_tokens"] / tot[f"{kind}_ms"], 1)
+    return tot
 
 
 def turn_taking_summary(turns: list[dict[str, Any]], calls: list[dict[str, Any]]) -> dict[str, Any]:

@@ -45,8 +45,8 @@ import soxr
 
 from ..adapters import nova_sonic_events as ev
 from ..audio_io import resample
-from ..ports import (ChatMessage, LLMPort, LLMRequest, STTPort, ToolCall, ToolDecision, ToolSchema,
-                     TTSPort)
+from ..ports import (ChatMessage, LLMPort, LLMRequest, STTPort, ServerTiming, ToolCall, ToolDecision,
+                     ToolSchema, TTSPort)
 from ..text import SpeakableChunker, SpeechNormalizer
 from ..vad import VadTracker
 
@@ -430,7 +430,7 @@ class _Reply:
         stream = s.srv.llm.stream(req)
         try:
             async for delta in stream:
-                if isinstance(delta, ToolDecision):  # the embedded LLM's tool gate: not text
+                if isinstance(delta, (ToolDecision, ServerTiming)):  # records, not text
                     continue
                 if isinstance(delta, ToolCall):
                     calls.append(delta)

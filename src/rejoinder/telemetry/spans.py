@@ -233,6 +233,8 @@ def _llm_span(req: Boundary, end: Boundary | None, first_tokens: list[float], ca
     if end is not None:
         attrs["gen_ai.usage.output_tokens"] = int(end.data.get("deltas", 0))
         attrs["rejoinder.llm.tool_calls"] = int(end.data.get("tool_calls", 0))
+        for k, v in (end.data.get("server") or {}).items():  # what the server reported itself
+            attrs[f"rejoinder.llm.server.{k}"] = v
     span = _stage(f"chat {model}", req, end, call_end, parent, attrs)
     first = next((t for t in first_tokens if span.start_ms <= t <= span.end_ms), None)
     if first is not None:

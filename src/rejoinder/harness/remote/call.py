@@ -54,7 +54,7 @@ class RemoteCallResult(CallResult):
         ``None`` (not observable from outside)."""
         return {"overtalk_ms": [round(x, 1) for x in self.overtalk_ms],
                 "recovery_gap_ms": [round(sum(d for _, d in r.stalls), 1) for r in self.turns if r.recoveries],
-                "overlapping_audio": None, "unheard_context_words": None,
+                "overlapping_audio": None, "unheard_context_words": None, "repeated_words": None,
                 "recoveries": sum(1 for r in self.turns if r.recoveries), "faults_injected": 0,
                 "silences_over_1s": sum(1 for r in self.turns for _, d in r.stalls if d > 1000)}
 
