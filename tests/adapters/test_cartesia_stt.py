@@ -14,6 +14,8 @@ from rejoinder.hosting import local
 from rejoinder.hosting.wire import ServerFaults
 from rejoinder.ports import PortError
 
+from loopback import served
+
 
 async def _one(x):
     yield x
@@ -122,7 +124,6 @@ async def test_the_asgi_face_speaks_the_same_protocol(whisper_stt, asterisk, nor
     """The server's ASGI app (what Ray Serve hosts: ``serve --ray --models stt``) under uvicorn:
     the real adapter transcribes real speech through it, a wrong key and a bad query are refused
     before the upgrade, an injected drop ends the socket before ``done``."""
-    import uvicorn
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidStatus
 
@@ -130,16 +131,7 @@ async def test_the_asgi_face_speaks_the_same_protocol(whisper_stt, asterisk, nor
 
     x, ref = asterisk("conf-getpin")
     server = CartesiaSTTServer(whisper_stt, api_key="asgi-key")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    web = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(web.serve())
-    try:
-        for _ in range(100):
-            if web.started:
-                break
-            await asyncio.sleep(0.05)
+    async with served(create_app(server)) as port:
         url = f"ws://127.0.0.1:{port}"
         stt = CartesiaSTT(url, "asgi-key", pool=1)
         await _twice(stt, server, x, norm(ref), norm)
@@ -152,6 +144,3 @@ async def test_the_asgi_face_speaks_the_same_protocol(whisper_stt, asterisk, nor
         server.faults = ServerFaults.parse("stt:drop", "stt")
         with pytest.raises(PortError, match="closed before 'done'"):
             await _drain(CartesiaSTT(url, "asgi-key", pool=0), x)
-    finally:
-        web.should_exit = True
-        await task

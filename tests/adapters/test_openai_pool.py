@@ -3,17 +3,16 @@ end share one kept-alive connection (a real HTTP server on loopback counts conne
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from rejoinder.adapters.openai_llm import OpenAICompatLLM
 from rejoinder.ports import ChatMessage, LLMRequest
+
+from loopback import served
 
 REQUEST = LLMRequest((ChatMessage("user", "hi"),), max_tokens=8)
 
@@ -33,17 +32,7 @@ def _app(peers: list[int]) -> Starlette:
 
 async def test_requests_reuse_one_connection_and_a_cut_stream_only_closes_its_own():
     peers: list[int] = []
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_app(peers), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    try:
-        for _ in range(50):
-            if server.started:
-                break
-            await asyncio.sleep(0.1)
+    async with served(_app(peers)) as port:
         llm = OpenAICompatLLM(f"http://127.0.0.1:{port}/v1", "m")
         for _ in range(3):
             assert [d async for d in llm.stream(REQUEST)] == ["Hi", " there", "."]
@@ -55,6 +44,3 @@ async def test_requests_reuse_one_connection_and_a_cut_stream_only_closes_its_ow
         assert [d async for d in llm.stream(REQUEST)] == ["Hi", " there", "."]
         assert len(set(peers)) == 2  # only the cut stream's connection was replaced
         await llm.aclose()
-    finally:
-        server.should_exit = True
-        await task

@@ -5,14 +5,11 @@ rejoinder's llama.cpp server (SmolLM2 on loopback), through the runtime's timing
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import uuid
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
@@ -23,6 +20,8 @@ from rejoinder.events import EventBus
 from rejoinder.ports import ChatMessage, LLMRequest, PortError, ServerTiming
 from rejoinder.stages import Stamper, timed_llm
 from rejoinder.timeline import Timeline
+
+from loopback import served
 
 REQUEST = LLMRequest((ChatMessage("user", "hi"),), max_tokens=8)
 
@@ -49,17 +48,7 @@ def _usage_app(bodies: list[dict]) -> Starlette:
 
 async def test_usage_in_a_last_chunk_is_yielded_last_and_only_when_asked_for():
     bodies: list[dict] = []
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(_usage_app(bodies), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    try:
-        for _ in range(50):
-            if server.started:
-                break
-            await asyncio.sleep(0.1)
+    async with served(_usage_app(bodies)) as port:
         llm = OpenAICompatLLM(f"http://127.0.0.1:{port}/v1", "m")
         out = [d async for d in llm.stream(REQUEST)]
         assert bodies[-1]["stream_options"] == {"include_usage": True}
@@ -71,9 +60,6 @@ async def test_usage_in_a_last_chunk_is_yielded_last_and_only_when_asked_for():
         assert [d async for d in quiet.stream(REQUEST)] == ["Hi", " there", "."]
         assert "stream_options" not in bodies[-1]
         await quiet.aclose()
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def test_a_server_rejecting_stream_options_is_told_how_to_leave_them_out():
