@@ -147,8 +147,12 @@ def test_the_tools_the_llm_sees():
                             "cancel_appointment", "transfer_to_human", "end_call"}
     assert schemas["lookup_order"].parameters == {
         "type": "object", "additionalProperties": False, "required": ["order_id"],
-        "properties": {"order_id": {"type": "string", "pattern": "^[0-9]{4}$", "description":
-                                    'the order number the caller said, digits only.'}}}
+        "properties": {"order_id": {"type": "string", "pattern": "^[0-9]([, -]{0,2}[0-9]){3}$",
+                                    "description": "the order number as the caller said it "
+                                                   "(four digits)."}}}
+    # the spoken forms the LLM may copy from the transcript all reach the tool as four digits
+    assert [support.lookup_order.parse({"order_id": v})["order_id"]
+            for v in ("4217", "4, 2, 1, 7", "4 2 1 7", "4-2-1-7", "four two one seven")] == ["4217"] * 5
     move = schemas["reschedule_appointment"].parameters
     assert move["required"] == ["day", "time"]
     assert move["properties"]["day"]["enum"] == ["Monday", "Tuesday", "Wednesday", "Thursday",
