@@ -546,12 +546,8 @@ class Session:
         self.ender.reply_done(audio.turn_id, interrupted, self.st.now())
 
     async def close(self) -> None:
-        """Cancel everything still running for this call and wait for it. A reply still on the
-        line when the call ends is reported as cut there (its ``AgentSpeech`` holds what the
-        caller heard of it, and the context gets it), not lost."""
+        """Cancel everything still running for this call and wait for it."""
         self.closed = True
-        if self.playout.reply is not None:
-            self.playout.clear(self.st.now())  # reports through _on_reply_done
         self.tracker.close()
         for t in list(self._tasks):
             t.cancel()
