@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -99,6 +100,25 @@ INSERT INTO search (run_id, call_id, kind, text) SELECT id, NULL, 'conditions', 
 MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
+
+def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """``PRAGMA journal_mode = WAL``, retried for up to ``timeout_s`` while another process holds
+    the lock: switching a new database to WAL needs it exclusively and SQLite may answer
+    "database is locked" at once instead of waiting (seen with two bench processes opening a new
+    store at the same moment on a loaded box).
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``timeout_s``, or another error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
 class SQLiteStore(RunStore):
     """A run store file (created with its folder when missing).
 
@@ -119,7 +139,7 @@ class SQLiteStore(RunStore):
             self.conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=10.0,
                                         check_same_thread=False)
             self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode = WAL")
+            _wal(self.conn, 10.0)
             self.conn.execute("PRAGMA synchronous = NORMAL")
             self.conn.execute("PRAGMA foreign_keys = ON")
             self._migrate(upto)
