@@ -83,7 +83,6 @@ def test_overlap_hold_then_backchannel_or_barge_in():
 
 def test_vad_tracker_onset_and_pause_times():
     tr = VadTracker(AmplitudeVAD(), min_speech_ms=64, pause_ms=160)
-    frame_ms = 20
     sigs = []
     sound = np.concatenate([np.zeros(16000, np.float32), 0.5 * np.ones(16000, np.float32),
                             np.zeros(16000, np.float32)])

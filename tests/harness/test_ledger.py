@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import psutil
-import pytest
 import yaml
 
 from rejoinder.config import AgentConfig

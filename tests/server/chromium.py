@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import websockets
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

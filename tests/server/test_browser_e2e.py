@@ -9,7 +9,6 @@ import json
 import statistics
 import time
 
-import numpy as np
 import pytest
 
 from chromium import COUNT_COLOURS_JS, Chromium, chromium_available, png_size

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 from ..errors import ConfigError
 from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
 from ._chatformat import ChatFormat, format_for
+from ._echo import end_mask, is_echo
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
@@ -44,6 +45,7 @@ class RequestStats:
     shifted: int = 0
     generated: int = 0
     tool_calls: int = 0
+    echo_resumed: int = 0  # times an echo of the caller was not let end (._echo)
 
 
 class ChatEngine:
@@ -85,7 +87,9 @@ class ChatEngine:
     argument with a ``pattern`` is *grounded* (``ground_arguments``, default on): when spans of
     the caller's last message fit the pattern whole, the value is chosen among those spans
     (:func:`._toolcall.grounded_values`; forced when there is one), otherwise it is sampled under
-    the pattern. A call is
+    the pattern. A text reply to the caller may not end as a copy of the caller's words
+    (``no_echo``, default on, :mod:`._echo`): sampling resumes with the end masked
+    (``RequestStats.echo_resumed``). A call is
     capped at ``max(request.max_tokens, tool_call_tokens)`` sampled tokens; one cut there is a
     :class:`PortError`. Sampling: top-k 40, top-p 0.95, min-p 0.05 at ``request.temperature``
     (greedy at 0), seeded with ``seed`` per request.
@@ -99,7 +103,8 @@ class ChatEngine:
                  tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  tool_threshold: float = 0.0, threshold_source: str = "default",
-                 chat_format: ChatFormat | str | None = None, ground_arguments: bool = True) -> None:
+                 chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
+                 no_echo: bool = True) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -120,6 +125,8 @@ class ChatEngine:
         self.tool_threshold = tool_threshold
         self.threshold_source = threshold_source
         self.ground_arguments = ground_arguments
+        self.no_echo = no_echo
+        self._eog: list[int] | None = None
         self._gates: OrderedDict[tuple, LabelGate] = OrderedDict()
         self._gbnf: OrderedDict[str, str] = OrderedDict()
         self._checked: set[str] = set()
@@ -178,9 +185,10 @@ class ChatEngine:
 
     # -- sampling -----------------------------------------------------------------------------
     def _pieces(self, tokens: list[int], temperature: float, grammar: Any, max_tokens: int,
-                stop: threading.Event, first: bool) -> Iterator[str]:
+                stop: threading.Event, first: bool, echo_of: str = "") -> Iterator[str]:
         """Sample after ``tokens`` and yield decoded text pieces until an end-of-generation
-        token, ``max_tokens`` or ``stop``."""
+        token, ``max_tokens`` or ``stop``. With ``echo_of`` (the caller's words), an end while
+        the text is still a copy of them resumes sampling with the end masked (:mod:`._echo`)."""
         from llama_cpp import llama_cpp as C
 
         llm = self._llm
@@ -197,20 +205,44 @@ class ChatEngine:
         budget = min(max_tokens, n_ctx - len(tokens))
         vocab = llm._model.vocab
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        gen = llm.generate(tokens, temp=max(0.0, temperature), top_k=40, top_p=0.95, min_p=0.05,
-                           repeat_penalty=1.0, grammar=grammar)
-        try:
-            for n, token in enumerate(gen, 1):
-                if stop.is_set() or C.llama_vocab_is_eog(vocab, token):
-                    break
-                self.last_stats.generated += 1
-                piece = decoder.decode(llm.detokenize([token]))
-                if piece:
-                    yield piece
-                if n >= budget:
-                    break
-        finally:
-            gen.close()
+        emitted: list[int] = []
+        said = [""]
+        mask = None
+        while True:
+            gen = llm.generate(tokens + emitted, temp=max(0.0, temperature), top_k=40, top_p=0.95,
+                               min_p=0.05, repeat_penalty=1.0, grammar=grammar,
+                               logits_processor=mask)
+            ended = False
+            try:
+                for token in gen:
+                    if stop.is_set():
+                        return
+                    if C.llama_vocab_is_eog(vocab, token):
+                        ended = True
+                        break
+                    emitted.append(token)
+                    self.last_stats.generated += 1
+                    piece = decoder.decode(llm.detokenize([token]))
+                    if piece:
+                        said[0] += piece
+                        yield piece
+                    if len(emitted) >= budget:
+                        return
+            finally:
+                gen.close()
+            if not (ended and mask is None and echo_of and is_echo(said[0], echo_of)):
+                return
+            self.last_stats.echo_resumed += 1
+            mask = [end_mask(self._eog_ids(), lambda: is_echo(said[0], echo_of))]
+
+    def _eog_ids(self) -> list[int]:
+        """The model's end-of-generation token ids (looked up once)."""
+        if self._eog is None:
+            from llama_cpp import llama_cpp as C
+
+            vocab = self._llm._model.vocab
+            self._eog = [i for i in range(self._llm.n_vocab()) if C.llama_vocab_is_eog(vocab, i)]
+        return self._eog
 
     def gates(self, request: LLMRequest) -> bool:
         """Whether :meth:`generate` decides ``request`` with the tool gate."""
@@ -323,7 +355,7 @@ class ChatEngine:
         return ""
 
     def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
-              opener: str | None, first: bool) -> Iterator[LLMDelta]:
+              opener: str | None, first: bool, echo_of: str = "") -> Iterator[LLMDelta]:
         """Stream text after ``prompt``. ``opener="call"``: the call opener switches to the call
         grammar; ``"stop"``: it ends the reply; None: it is plain text."""
         grammar = self._schema_grammar(request.json_schema) if request.json_schema else None
@@ -332,7 +364,7 @@ class ChatEngine:
         scanner = SentinelScanner((openers if opener else ()) + tuple(request.stop))
         said = ""
         for piece in self._pieces(self._tokens(prompt), request.temperature, grammar,
-                                  request.max_tokens, stop, first):
+                                  request.max_tokens, stop, first, echo_of):
             safe, hit = scanner.feed(piece)
             if safe:
                 said += safe
@@ -400,6 +432,8 @@ class ChatEngine:
         """
         check_tool_choice(request.tools, request.tool_choice)
         prompt = self.prompt(request)
+        echo = (self._caller_said(request) if self.no_echo and self._after_user(request)
+                and not request.json_schema else "")
         choice = request.tool_choice if request.tools else "none"
         self.last_stats = RequestStats()
         try:
@@ -415,19 +449,22 @@ class ChatEngine:
                     forced = replace(request, tool_choice=decision.chosen)
                     yield from self._calls(head, forced, stop, False, True) or ()
                 else:  # (the gate's prompt is its own: this is the conversation's first sample)
-                    yield from self._text(prompt, request, stop, opener="stop", first=True)
+                    yield from self._text(prompt, request, stop, opener="stop", first=True,
+                                          echo_of=echo)
             elif choice == "auto" and self.eager_decides and self._after_user(request):
                 head = self._tokens(prompt + self.format.call_open)
                 calls = self._calls(head, request, stop, True, True)
                 if calls:
                     yield from calls
                 elif calls is not None:
-                    yield from self._text(prompt, request, stop, opener="stop", first=False)
+                    yield from self._text(prompt, request, stop, opener="stop", first=False,
+                                          echo_of=echo)
             else:
                 # with tool_choice "none" (or no tools), call markup the model writes anyway
                 # (it has seen calls in the history) ends the reply: never spoken to the caller
                 yield from self._text(prompt, request, stop,
-                                      opener="call" if choice == "auto" else "stop", first=True)
+                                      opener="call" if choice == "auto" else "stop", first=True,
+                                      echo_of=echo)
         except PortError:
             raise
         except Exception as exc:

@@ -1,0 +1,54 @@
+"""The no-echo rule of the embedded LLM: a reply to the caller may not *end* while its words are
+still a copy of the caller's own.
+
+A small model that cannot decide what to say repeats the caller: "Hello." → "Hello.",
+"Thank you." → "Thank you." (SmolLM2-135M-Instruct does so at temperature 0 on the reference
+agent's demo call). The engine does not forbid any word: when the model ends a reply that is a
+contiguous run of the caller's last message (word for word, case and punctuation dropped,
+spoken digits joined: "4, 2, 1, 7" = "4217"), sampling resumes from that point with the
+end-of-generation tokens masked until the reply says something of its own ("Hello." → "Hello.
+I'm here to help …"). The model still writes every word; the rule is a decoding constraint, like
+a grammar. Used by :class:`._llama_engine.ChatEngine` (``no_echo``, default on).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+_WORD = re.compile(r"[a-z']+|\d+")
+
+
+def echo_words(text: str) -> list[str]:
+    """Lower-case words of ``text``, punctuation dropped, adjacent digit groups joined
+    ("4, 2, 1, 7." → ``["4217"]``)."""
+    out: list[str] = []
+    for w in _WORD.findall(text.lower()):
+        if w.isdigit() and out and out[-1].isdigit():
+            out[-1] += w
+        else:
+            out.append(w)
+    return out
+
+
+def is_echo(reply: str, caller: str) -> bool:
+    """Whether ``reply``'s words are a contiguous run of ``caller``'s words (both non-empty)."""
+    r, t = echo_words(reply), echo_words(caller)
+    if not r or not t:
+        return False
+    return any(t[i:i + len(r)] == r for i in range(len(t) - len(r) + 1))
+
+
+def end_mask(banned: Sequence[int], echoing: Callable[[], bool]) -> Callable[[Any, Any], Any]:
+    """A llama-cpp-python logits processor: the logits of ``banned`` (end-of-generation token
+    ids) are set to −inf while ``echoing()`` holds; otherwise the scores pass unchanged."""
+    import numpy as np
+
+    ids = np.asarray(list(banned), dtype=np.intc)
+
+    def process(_input_ids: Any, scores: Any) -> Any:
+        if echoing():
+            scores[ids] = -np.inf
+        return scores
+
+    return process

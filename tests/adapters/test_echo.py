@@ -1,0 +1,77 @@
+"""The no-echo rule (:mod:`rejoinder.adapters._echo`): its word matching, its logits mask, and
+the engine on the real SmolLM2-135M model, which echoes "Hello." at temperature 0 without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rejoinder.adapters._echo import echo_words, end_mask, is_echo
+from rejoinder.ports import ChatMessage, LLMRequest
+
+from tool_cases import SUPPORT, TOOLS
+
+GREETING = ChatMessage("assistant", "Thanks for calling. How can I help?")
+
+
+def test_words_drop_case_and_punctuation_and_join_spoken_digits():
+    assert echo_words("Hello, THERE!") == ["hello", "there"]
+    assert echo_words("4, 2, 1, 7.") == ["4217"]
+    assert echo_words("order 4 2 1 7 please") == ["order", "4217", "please"]
+    assert echo_words("I'm here.") == ["i'm", "here"]
+
+
+@pytest.mark.parametrize("reply, caller, echo", [
+    ("Hello!", "Hello.", True),
+    ("Thank you.", "Thank you so much.", True),  # a contiguous run of the caller's words
+    ("4217.", "4, 2, 1, 7.", True),
+    ("Hello. How can I help?", "Hello.", False),
+    ("You're welcome.", "Thank you.", False),
+    ("you so", "Thank you so much.", True),
+    ("much thank", "Thank you so much.", False),  # not contiguous in order
+    ("", "Hello.", False), ("Hello.", "", False), ("...", "Hello.", False),
+])
+def test_echo_is_a_contiguous_run_of_the_callers_words(reply, caller, echo):
+    assert is_echo(reply, caller) is echo
+
+
+def test_mask_bans_the_end_tokens_only_while_echoing():
+    echoing = [True]
+    mask = end_mask([0, 2], lambda: echoing[0])
+    scores = np.zeros(5, dtype=np.float32)
+    out = mask(None, scores)
+    assert np.isneginf(out[[0, 2]]).all() and (out[[1, 3, 4]] == 0).all()
+    echoing[0] = False
+    fresh = np.ones(5, dtype=np.float32)
+    assert (mask(None, fresh) == 1).all()
+
+
+async def _reply(llm, say: str, tools=()) -> str:
+    req = LLMRequest((SUPPORT, GREETING, ChatMessage("user", say)), tools=tools,
+                     temperature=0.0, max_tokens=24)
+    return "".join(d for d in [d async for d in llm.stream(req)] if isinstance(d, str))
+
+
+@pytest.mark.parametrize("tools", [(), TOOLS], ids=["no tools", "tools"])
+async def test_the_model_does_not_end_a_reply_on_the_callers_words(llama_llm, tools):
+    engine = llama_llm.engine
+    try:
+        engine.no_echo = False
+        plain = await _reply(llama_llm, "Hello.", tools)
+        assert is_echo(plain, "Hello.")  # SmolLM2-135M at temperature 0: "Hello."
+        assert llama_llm.last_stats.echo_resumed == 0
+        engine.no_echo = True
+        guarded = await _reply(llama_llm, "Hello.", tools)
+    finally:
+        engine.no_echo = True
+    assert llama_llm.last_stats.echo_resumed == 1
+    assert not is_echo(guarded, "Hello.")
+    assert guarded.startswith(plain)  # the model's own words, continued, not replaced
+    assert len(guarded.split()) > len(plain.split())
+
+
+async def test_a_reply_after_a_tool_result_or_a_prefix_is_not_checked(llama_llm):
+    req = LLMRequest((SUPPORT, GREETING, ChatMessage("user", "Hello.")), temperature=0.0,
+                     max_tokens=8, prefix="Hello")
+    [d async for d in llama_llm.stream(req)]
+    assert llama_llm.last_stats.echo_resumed == 0
