@@ -132,9 +132,10 @@ ITEMS: list[Item] = [
 
 MODES = ("gate", "lazy", "eager")
 SCHEMA_SUFFIXES = ("strict", "hhmm", "bare")
-#: The designs run by default (any MODE[-EXAMPLES][-SCHEMAS] can be named with --designs):
+#: The designs run by default (any MODE[-EXAMPLES][-SCHEMAS] can be named with --designs;
+#: "gate-labels" is the gate choosing the tool by its labels instead of the nearest example):
 #: each mode as declared and strict, then eager (the mode that calls) across examples and schemas.
-DESIGNS = ["gate", "lazy", "lazy-strict", "lazy-fewshot", "eager", "eager-strict", "eager-hhmm",
+DESIGNS = ["gate", "gate-labels", "lazy", "lazy-strict", "lazy-fewshot", "eager", "eager-strict", "eager-hhmm",
            "eager-bare", "eager-fewshot", "eager-fewshot-strict", "eager-fewcall",
            "eager-fewcall-strict", "eager-nocall-strict"]
 
@@ -208,8 +209,12 @@ async def ask(agent, item: Item, key: str, **edits) -> LLMRequest:
 
 
 async def run_design(llm, base, name: str, items: list[Item]) -> dict:
-    mode, examples, schemas = parse_design(name)
+    # "gate-labels": the gate's label ranking picks the tool (LlamaLLM tool_which="labels");
+    # plain "gate": the nearest tool example does (the default, rejoinder.adapters._which)
+    labels = name.endswith("-labels")
+    mode, examples, schemas = parse_design(name.removesuffix("-labels"))
     llm.tool_mode = mode
+    llm.engine.embed = None if labels else getattr(llm, "_embed", None)
     agent = variant(base, EXAMPLES[examples], schemas)
     params = {t.name: t.schema.parameters for t in base.tools.values()}
     await warm(llm, agent)
@@ -353,7 +358,7 @@ if __name__ == "__main__":
     names = [d for d in a.designs.split(",") if d]
     try:
         for d in names:
-            parse_design(d)
+            parse_design(d.removesuffix("-labels"))
     except ValueError as exc:
         sys.exit(str(exc))
     out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format))

@@ -116,18 +116,25 @@ class ToolDecision:
     ``log P(call, tool)`` per tool and ``log P(no call)`` under ``"(none)"``; ``margin``:
     ``log Σ P(call, tool) − log P(no call)``; ``threshold``: the calibrated value the margin was
     compared with; ``source``: where the threshold came from (``"request"``, ``"model"``,
-    ``"default"``)."""
+    ``"default"``); ``which``: what picked the tool once a call was decided (``"labels"``: the
+    best-scoring label; ``"examples"``: the nearest tool example,
+    :mod:`rejoinder.adapters._which`), with ``similarity`` (cosine, per tool) for the latter."""
 
     chosen: str | None
     scores: dict[str, float]
     margin: float
     threshold: float
     source: str = "model"
+    which: str = "labels"
+    similarity: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"chosen": self.chosen, "margin": round(self.margin, 3),
-                "threshold": round(self.threshold, 3), "source": self.source,
-                "scores": {k: round(v, 3) for k, v in self.scores.items()}}
+        out = {"chosen": self.chosen, "margin": round(self.margin, 3),
+               "threshold": round(self.threshold, 3), "source": self.source,
+               "scores": {k: round(v, 3) for k, v in self.scores.items()}, "which": self.which}
+        if self.similarity is not None:
+            out["similarity"] = {k: round(v, 3) for k, v in self.similarity.items()}
+        return out
 
 
 @dataclass(frozen=True, slots=True)

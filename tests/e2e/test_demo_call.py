@@ -33,9 +33,11 @@ def test_demo_stamps_every_boundary_and_segments_sum_to_v2v(demo):
     assert len(turns) == 3
     for t in turns:
         # "recovered": a watchdog on the call clock fired and the turn went on (on a loaded box
-        # the STT's final transcript can miss its deadline and be retried); every boundary is
-        # still stamped and the segments still add up
-        assert t["status"] in ("completed", "recovered"), t
+        # the STT's final transcript can miss its deadline and be retried); "interrupted": on a
+        # loaded box a reply can fall silent mid-way for longer than the simulated caller waits,
+        # and the caller's next line cuts it (seen at load 3 beside a CPU burner). Every boundary
+        # is still stamped and the segments still add up
+        assert t["status"] in ("completed", "recovered", "interrupted"), t
         for name in PER_TURN:
             assert name in t["boundaries"], (t["turn_id"], name)
         assert "user_speech_end" not in t["estimated"]  # truth from the caller's own audio

@@ -73,5 +73,5 @@ def test_compare_piper_vs_espeak_points_at_tts(runs):
     tts_rows = [next(r for r in lv["rows"] if r["boundary"] == "tts_ttfb") for lv in pooled.values()]
     assert all(r["diff"] < 0 for r in tts_rows), tts_rows  # espeak answers faster than Piper
     assert any("tts_ttfb" in lv["real"] for lv in pooled.values()), res["levels"]
-    for lv in pooled.values():  # Piper's leading silence (≈ 40 ms) is its own segment
-        assert set(lv["real"]) <= {"v2v", "time_to_answer", "tts_ttfb", "lead_silence"}, lv["rows"]
+    # (no claim that nothing else differs: the two runs are minutes apart, and on a loaded box
+    # the load itself moves tool_choice or first_text between them — seen beside a CPU burner)

@@ -23,6 +23,7 @@ from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, Too
 from ._chatformat import ChatFormat, format_for
 from ._echo import end_mask, is_echo
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
+from ._which import ExampleMatcher
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
@@ -69,6 +70,9 @@ class ChatEngine:
       (:class:`._gate.LabelGate`: label likelihoods in a narrow few-shot prompt of the tools'
       examples, contextually calibrated) decides talk or call and which tool, against
       ``request.tool_threshold`` or, without one, ``tool_threshold`` (the model's calibration).
+      With ``embed`` (a sentence-embedding function of the same model), *which* tool is the
+      one whose example is nearest the caller's words (:mod:`._which`) when every allowed tool
+      has examples; otherwise the best label.
       The decision is yielded first as a :class:`~rejoinder.ports.ToolDecision` (``decision``
       passes one made beforehand); then either the chosen tool's call is written under its
       grammar, or text is sampled (call markup then ends the reply). After a tool result the
@@ -104,7 +108,7 @@ class ChatEngine:
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  tool_threshold: float = 0.0, threshold_source: str = "default",
                  chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
-                 no_echo: bool = True) -> None:
+                 no_echo: bool = True, embed: Any = None) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -126,6 +130,8 @@ class ChatEngine:
         self.threshold_source = threshold_source
         self.ground_arguments = ground_arguments
         self.no_echo = no_echo
+        self.embed = embed
+        self._matchers: OrderedDict[tuple, ExampleMatcher] = OrderedDict()
         self._eog: list[int] | None = None
         self._gates: OrderedDict[tuple, LabelGate] = OrderedDict()
         self._gbnf: OrderedDict[str, str] = OrderedDict()
@@ -407,8 +413,28 @@ class ChatEngine:
             threshold, source = request.tool_threshold, "request"
         else:
             threshold, source = self.tool_threshold, self.threshold_source
-        return ToolDecision(scores.chosen(threshold), {**scores.tools, "(none)": scores.none},
-                            scores.margin, threshold, source)
+        chosen, which, sims = scores.chosen(threshold), "labels", None
+        matcher = self.matcher_for(request.tools, request.talk_examples)
+        if chosen is not None and matcher is not None and matcher.covers(list(scores.tools)):
+            picked, sims = matcher.choose(self._caller_said(request), list(scores.tools))
+            chosen, which = picked or chosen, "examples"
+        return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
+                            threshold, source, which, sims)
+
+    def matcher_for(self, tools: tuple[ToolSchema, ...],
+                    talk_examples: tuple[str, ...] = ()) -> ExampleMatcher | None:
+        """The nearest-example tool chooser of ``tools`` (None without ``embed`` or examples)."""
+        if self.embed is None or not any(t.examples for t in tools):
+            return None
+        key = (tuple((t.name, t.examples) for t in tools), talk_examples)
+        matcher = self._matchers.get(key)
+        if matcher is None:
+            matcher = ExampleMatcher(self.embed, tools, DEFAULT_TALK_EXAMPLES + tuple(talk_examples))
+            self._matchers[key] = matcher
+            if len(self._matchers) > 32:
+                self._matchers.popitem(last=False)
+        self._matchers.move_to_end(key)
+        return matcher
 
     @staticmethod
     def _after_user(request: LLMRequest) -> bool:

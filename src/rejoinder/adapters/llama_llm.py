@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import AsyncIterator, Iterable, Iterator, Sequence
+from typing import Any, AsyncIterator, Iterable, Iterator, Sequence
 
 from .._threads import iterate_in_thread
 from ..errors import ConfigError, MissingExtra
 from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
 from ._kvcache import ConversationCache
 from ._chatformat import ChatFormat, format_for, read_gguf_metadata
+from ._which import WHICH_MODES
 from ._gate import CALIBRATED
 from ._llama_engine import ChatEngine, RequestStats, llama_format
 from ._paths import model_file
@@ -88,6 +89,10 @@ class LlamaLLM:
             decides (see ChatEngine; eager needs a format with an empty call list: smollm2).
         tool_threshold: the tool gate's threshold (default: the model's shipped calibration,
             :data:`._gate.CALIBRATED`; a request's ``tool_threshold`` — the agent's — wins).
+        tool_which: once the gate decides to call, how it picks the tool: ``"examples"``
+            (default: the nearest tool example in the model's own sentence embeddings, from a
+            second, small llama.cpp context on the same file, :mod:`._which`) or ``"labels"``
+            (the best label of the gate's prompt).
         max_tool_calls: most calls in one assistant message (default 1).
         tool_call_tokens: least token budget of a tool call (default 128).
         cache_mb: budget of saved conversation KV states in MiB (default 512, ≈23 k tokens).
@@ -108,11 +113,15 @@ class LlamaLLM:
                  tool_result_prompt: str = DEFAULT_TOOL_RESULT_PROMPT, tool_mode: str = "gate",
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  cache_mb: int = 512, flash_attn: bool = False,
-                 tool_threshold: float | None = None, chat_format: str = "auto") -> None:
+                 tool_threshold: float | None = None, chat_format: str = "auto",
+                 tool_which: str = "examples") -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise MissingExtra("llama-cpp-python", "llama-cpp-python==0.3.36") from exc
+        if tool_which not in WHICH_MODES:
+            raise ConfigError(f"tool_which must be one of {', '.join(WHICH_MODES)}, "
+                              f"not {tool_which!r}")
         self.model_path = Path(model_path).expanduser() if model_path else smollm2_model_path()
         self.model_name = self.model_path.stem
         check_model(self.model_path, chat_format)  # clear errors before llama.cpp's
@@ -129,13 +138,30 @@ class LlamaLLM:
             threshold, source = CALIBRATED[self.model_name], "model"
         else:  # a user's GGUF before `rejoinder calibrate`: the decision is recorded as such
             threshold, source = 0.0, "uncalibrated"
+        self._n_threads = n_threads
+        self._embedder: Any = None
         self.engine = ChatEngine(self._llm, seed=seed, tool_prompt=tool_prompt,
                                  tool_result_prompt=tool_result_prompt, tool_mode=tool_mode,
                                  max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
                                  tool_threshold=threshold, threshold_source=source,
-                                 chat_format=llama_format(self._llm, chat_format))
+                                 chat_format=llama_format(self._llm, chat_format),
+                                 embed=self._embed if tool_which == "examples" else None)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
+
+    def _embed(self, text: str) -> list[float]:
+        """Mean-pooled sentence embedding of ``text`` by the same GGUF (blocking; the second
+        context is opened on first use: weights are memory-mapped, so the file's pages are
+        shared with the chat context)."""
+        if self._embedder is None:
+            from llama_cpp import LLAMA_POOLING_TYPE_MEAN, Llama
+            from llama_cpp._utils import suppress_stdout_stderr
+
+            with suppress_stdout_stderr(disable=False):  # llama.cpp notes the pooling override
+                self._embedder = Llama(model_path=str(self.model_path), n_ctx=512, n_batch=512,
+                                       n_threads=self._n_threads, embedding=True,
+                                       pooling_type=LLAMA_POOLING_TYPE_MEAN, verbose=False)
+        return self._embedder.embed(text, truncate=True)
 
     @property
     def tool_mode(self) -> str:
@@ -183,6 +209,7 @@ class LlamaLLM:
             gate = self.engine.gate_for(tuple(tools), tuple(talk_examples))
             self.cache.activate(gate.key)
             gate.warm(self._llm)
+            self.engine.matcher_for(tuple(tools), tuple(talk_examples))  # embeds the examples
         return True
 
     def forget(self, cache_key: str) -> None:

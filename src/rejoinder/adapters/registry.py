@@ -45,6 +45,7 @@ class LlamaOptions(BaseModel):
     seed: int = 0
     tool_mode: Literal["gate", "lazy", "eager"] = "gate"
     tool_threshold: float | None = None
+    tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
     max_tool_calls: int = Field(1, ge=1)
     tool_call_tokens: int = Field(128, ge=16)
     cache_mb: int = Field(512, ge=0)

@@ -1,0 +1,83 @@
+"""*Which* tool, once the gate has decided to call one: the nearest tool example in the model's
+own sentence-embedding space.
+
+The label gate (:mod:`._gate`) decides *whether* to call well (its margin is calibrated), but a
+135M model's label likelihoods tell the tools apart poorly: on SmolLM2-135M the support agent's
+"Can I talk to a human?" scores ``reschedule appointment`` above ``transfer to human``, and its
+own calibration examples are labelled right 35 % of the time leave-one-out. The tools'
+``examples`` carry the distinction more directly: each caller message is embedded by the same
+GGUF (a second llama.cpp context with ``embedding=True``, mean pooling over the last hidden
+states), the embeddings are centred on the mean of every example (tools' and small talk's, which
+removes the direction all short utterances share) and the tool whose closest example has the
+highest cosine similarity is called (a nearest-neighbour few-shot classifier; cf. prototype
+and k-NN classification over pretrained sentence representations, e.g. Snell et al.,
+"Prototypical Networks for Few-shot Learning", NeurIPS 2017).
+
+Measured with ``bench/tool_choice.py`` (temperature 0);
+see the README's "Figures measured". A tool without examples is described only by its name and
+description, so the matcher stands aside (the gate's label ranking chooses) whenever an allowed
+tool has none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..ports import ToolSchema
+
+WHICH_MODES = ("examples", "labels")
+_PREFIX = "Caller: "
+
+
+class ExampleMatcher:
+    """Nearest-example tool choice for one set of tools.
+
+    Args:
+        embed: ``text -> 1-D float vector`` (a pooled sentence embedding; blocking).
+        tools: the agent's tools with their ``examples``.
+        talk_examples: small talk, used only to centre the space.
+
+    Raises:
+        ValueError: no tool has examples.
+    """
+
+    def __init__(self, embed: Callable[[str], Any], tools: Sequence[ToolSchema],
+                 talk_examples: Sequence[str] = ()) -> None:
+        self._embed = embed
+        self.tools = {t.name: tuple(t.examples) for t in tools}
+        if not any(self.tools.values()):
+            raise ValueError("no tool has examples to match against")
+        raw = {name: np.array([self._unit(x) for x in ex]) for name, ex in self.tools.items() if ex}
+        talk = [self._unit(x) for x in talk_examples]
+        self.center = np.mean(np.concatenate([*raw.values(), *( [np.array(talk)] if talk else [])]),
+                              axis=0)
+        self._protos = {name: self._centred(v) for name, v in raw.items()}
+
+    def _unit(self, text: str) -> np.ndarray:
+        v = np.asarray(self._embed(_PREFIX + " ".join(text.split())), dtype=np.float64)
+        if v.ndim > 1:  # per-token rows (a context without pooling): mean-pool them
+            v = v.mean(axis=0)
+        n = float(np.linalg.norm(v))
+        return v / n if n else v
+
+    def _centred(self, rows: np.ndarray) -> np.ndarray:
+        c = rows - self.center
+        norms = np.linalg.norm(c, axis=-1, keepdims=True)
+        return c / np.where(norms == 0, 1.0, norms)
+
+    def covers(self, names: Sequence[str]) -> bool:
+        """Whether every tool in ``names`` has examples (only then may the matcher choose)."""
+        return bool(names) and all(self.tools.get(n) for n in names)
+
+    def similarities(self, text: str, names: Sequence[str]) -> dict[str, float]:
+        """Cosine similarity (−1…1) of ``text`` to the closest example of each tool in
+        ``names`` that has examples, in the centred space."""
+        q = self._centred(self._unit(text)[None, :])[0]
+        return {n: float((self._protos[n] @ q).max()) for n in names if n in self._protos}
+
+    def choose(self, text: str, names: Sequence[str]) -> tuple[str | None, dict[str, float]]:
+        """The tool of ``names`` whose example is nearest ``text``, and the similarities."""
+        sims = self.similarities(text, names)
+        return (max(sims, key=sims.__getitem__) if sims else None), sims

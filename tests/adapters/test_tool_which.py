@@ -1,0 +1,90 @@
+"""Which tool the gate calls (:mod:`rejoinder.adapters._which`): the nearest-example matcher's
+logic on a fixed embedding, and on the real SmolLM2-135M model with the reference support
+agent's tools, where the label ranking picks the wrong tool for a request for a person."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rejoinder.adapters._which import ExampleMatcher
+from rejoinder.app.support import agent as support
+from rejoinder.errors import ConfigError
+from rejoinder.ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
+
+AXES = {"order": 0, "appointment": 1, "person": 2, "hello": 3}
+
+
+def _bag(text: str) -> np.ndarray:
+    """A bag-of-keywords embedding: one axis per keyword, plus a shared offset."""
+    v = np.full(5, 1.0)
+    for word, axis in AXES.items():
+        if word in text.lower():
+            v[axis] += 3.0
+    return v
+
+
+TOOLS = (ToolSchema("lookup_order", "Look up an order.", {"type": "object", "properties": {}},
+                    ("Where is my order?", "Order status please.")),
+         ToolSchema("transfer_to_human", "Transfer to a person.",
+                    {"type": "object", "properties": {}}, ("A person, please.",)),
+         ToolSchema("note", "No examples.", {"type": "object", "properties": {}}))
+
+
+def test_the_nearest_example_wins_in_the_centred_space():
+    m = ExampleMatcher(_bag, TOOLS, ("hello there",))
+    assert m.choose("I want a person", ["lookup_order", "transfer_to_human"])[0] == "transfer_to_human"
+    tool, sims = m.choose("my order", ["lookup_order", "transfer_to_human"])
+    assert tool == "lookup_order" and sims["lookup_order"] > sims["transfer_to_human"]
+    assert all(-1.0 - 1e-9 <= s <= 1.0 + 1e-9 for s in sims.values())
+    # only the allowed tools are candidates
+    assert m.choose("my order", ["transfer_to_human"])[0] == "transfer_to_human"
+
+
+def test_it_stands_aside_when_an_allowed_tool_has_no_examples():
+    m = ExampleMatcher(_bag, TOOLS)
+    assert m.covers(["lookup_order", "transfer_to_human"])
+    assert not m.covers(["lookup_order", "note"]) and not m.covers([])
+    with pytest.raises(ValueError, match="no tool has examples"):
+        ExampleMatcher(_bag, TOOLS[2:])
+
+
+def test_decision_records_what_picked_the_tool():
+    d = ToolDecision("a", {"a": -1.0, "(none)": -3.0}, 2.0, 1.0, "model", "examples",
+                     {"a": 0.51234, "b": 0.1})
+    assert d.as_dict()["which"] == "examples" and d.as_dict()["similarity"] == {"a": 0.512, "b": 0.1}
+    assert "similarity" not in ToolDecision(None, {}, 0.0, 1.0).as_dict()
+
+
+def test_an_unknown_which_mode_names_the_choices():
+    from rejoinder.adapters.llama_llm import LlamaLLM
+    with pytest.raises(ConfigError, match="tool_which must be one of examples, labels"):
+        LlamaLLM(tool_which="nearest")
+
+
+def _request(say: str) -> LLMRequest:
+    tools = tuple(t.schema for t in support.tools.values())
+    return LLMRequest((ChatMessage("system", support.instructions),
+                       ChatMessage("assistant", "Thanks for calling. How can I help?"),
+                       ChatMessage("user", say)), tools=tools, temperature=0.0, max_tokens=24,
+                      talk_examples=tuple(support.llm.talk_examples))
+
+
+@pytest.mark.parametrize("say", ["Is there a human I can speak to?",
+                                 "Let me talk to an actual person, please."])
+def test_a_request_for_a_person_is_a_transfer_by_its_examples_not_by_the_labels(llama_llm, say):
+    engine = llama_llm.engine
+    req = _request(say)
+    embed = engine.embed
+    try:
+        engine.embed = None
+        by_labels = engine.decide(req)
+        engine.embed = llama_llm._embed
+        by_examples = engine.decide(req)
+    finally:
+        engine.embed = embed
+    assert by_labels.which == "labels" and by_labels.similarity is None
+    assert by_labels.chosen not in (None, "transfer_to_human")  # SmolLM2's labels: reschedule
+    assert by_examples.which == "examples" and by_examples.chosen == "transfer_to_human"
+    assert by_examples.margin == pytest.approx(by_labels.margin)  # whether: the same gate
+    assert max(by_examples.similarity, key=by_examples.similarity.get) == "transfer_to_human"
