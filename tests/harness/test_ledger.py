@@ -23,6 +23,15 @@ def test_in_process_keeps_everything_in_the_agent_process():
     assert rec["endpoint"] == "not kept"
 
 
+def test_a_users_gguf_is_named_by_its_file():
+    cfg = AgentConfig.model_validate({"stack": {"llama": {"model_path": "/models/qwen-1.5b.gguf"}}})
+    led = run_ledger(cfg)
+    prompts = {e["service"] for e in led["entries"] if e["data"] == "prompts"}
+    assert prompts == {"qwen-1.5b.gguf on llama.cpp (agent process)"}
+    assert {e["service"] for e in run_ledger(AgentConfig())["entries"]
+            if e["data"] == "prompts"} == {"smollm2 (agent process)"}
+
+
 def test_a_servers_stack_names_each_endpoint_for_the_data_it_receives():
     cfg = AgentConfig()
     cfg.stack.stt, cfg.stack.tts, cfg.stack.llm = "cartesia", "sagemaker-bidi", "openai"
@@ -117,3 +126,11 @@ async def test_the_ledger_names_every_endpoint_that_accepted_a_connection(tmp_pa
     counts = {e["data"]: e["count"] for e in call_ledger(led, [r.summary() for r in res.turns],
                                                              recorded=False)["entries"] if e["role"] == "receives"}
     assert counts["caller_audio"] >= 1 and counts["prompts"] >= 1 and counts["generated_text"] >= 1
+
+
+def test_runs_show_names_a_users_gguf_in_the_stack_line():
+    from rejoinder.harness.cli import _stack_names
+    stack = {"vad": "silero", "llm": "smollm2", "tts": "piper", "llama": {"model_path": "/m/q.gguf"}}
+    assert _stack_names(stack) == "vad=silero llm=q.gguf tts=piper"
+    assert _stack_names({"llm": "openai", "llama": {"model_path": "/m/q.gguf"}}) == "llm=openai"
+    assert _stack_names({"llm": "smollm2", "llama": {"model_path": None}}) == "llm=smollm2"

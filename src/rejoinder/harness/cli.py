@@ -391,5 +391,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _stack_names(stack: dict[str, Any]) -> str:
-    return " ".join(f"{k}={stack[k]}" for k in ("vad", "turn", "stt", "llm", "tts") if k in stack)
+    """``vad=silero … llm=… tts=…``; an in-process LLM on a user's GGUF is named by its file."""
+    names = {k: stack[k] for k in ("vad", "turn", "stt", "llm", "tts") if k in stack}
+    gguf = (stack.get("llama") or {}).get("model_path")
+    if gguf and names.get("llm") in ("smollm2", "llama"):
+        names["llm"] = Path(gguf).name
+    return " ".join(f"{k}={v}" for k, v in names.items())
 

@@ -60,6 +60,9 @@ def stage_endpoint(kind: str, stack: Any) -> tuple[str, str]:
         base = (o.base_url or env("REJOINDER_LLM_BASE_URL") or "").rstrip("/")
         return (f"OpenAI-compatible chat API ({o.model or env('REJOINDER_LLM_MODEL') or 'default'})",
                 f"{base}/chat/completions")
+    if kind == "llm" and name in ("smollm2", "llama") and stack.llama.model_path:
+        # a user's own GGUF (--llm-model): name the file the prompts went to, not the adapter
+        return (f"{os.path.basename(stack.llama.model_path)} on llama.cpp ({AGENT})", "in-process")
     return (f"{name} ({AGENT})", "in-process")
 
 
