@@ -146,7 +146,9 @@ class SpeakableText:
 class AgentSpeech:
     """What the caller actually heard of a reply (written when it ends or is cut).
     ``repeated_words``: spoken words of it the caller heard twice because a recovery said them
-    again (:meth:`rejoinder.reply.Reply.repeated_words`; 0 when nothing was repeated)."""
+    again (:meth:`rejoinder.reply.Reply.repeated_words`; 0 when nothing was repeated).
+    ``call_ended``: the reply was still playing when the call ended (the caller hung up, or the
+    call hit its limit): ``interrupted`` is then True but no one barged in."""
 
     heard_text: str
     full_text: str
@@ -156,6 +158,7 @@ class AgentSpeech:
     call_id: str
     turn_id: int
     repeated_words: int = 0
+    call_ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)

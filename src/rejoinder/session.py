@@ -513,6 +513,20 @@ class Session:
         if boundary == "playback_start":
             self._perform(self.taker.agent_audible(turn_id, self.st.now()))
 
+    def _report_unfinished(self) -> None:
+        """The call ends while a reply plays: what the caller heard of it, marked call_ended
+        (not a barge-in: nothing is stamped, the turn's status stays, the context is closed)."""
+        audio = self.playout.reply
+        turn = self.turns.get(audio.turn_id) if audio is not None else None
+        reply = turn.speaking[0] if turn is not None and turn.speaking else None
+        if audio is None or reply is None or not audio.played:
+            return
+        played = max(0, audio.played - self._lag_samples)
+        heard, estimated = reply.heard(played)
+        self.st.emit(AgentSpeech(heard, reply.full_text, True, estimated or self._lag_samples > 0,
+                                 self.st.now(), self.st.call_id, audio.turn_id,
+                                 reply.repeated_words(played), call_ended=True))
+
     def _on_reply_done(self, audio: ReplyAudio, interrupted: bool) -> None:
         """The playout finished (or cut) a reply: record what was heard, update the context."""
         turn = self.turns.open(audio.turn_id)
@@ -546,8 +560,10 @@ class Session:
         self.ender.reply_done(audio.turn_id, interrupted, self.st.now())
 
     async def close(self) -> None:
-        """Cancel everything still running for this call and wait for it."""
+        """Cancel everything still running for this call and wait for it. A reply still playing
+        is reported as heard up to here (``AgentSpeech.call_ended``), not lost."""
         self.closed = True
+        self._report_unfinished()
         self.tracker.close()
         for t in list(self._tasks):
             t.cancel()

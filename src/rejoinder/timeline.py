@@ -271,7 +271,7 @@ class Timeline:
                 return  # a reply dropped before the caller heard any of it (the turn reopened)
             rec.heard_text = event.heard_text
             rec.repeated_words += event.repeated_words
-            if event.interrupted:
+            if event.interrupted and not event.call_ended:
                 rec.status = "interrupted"
 
     def _on_boundary(self, b: Boundary) -> None:
@@ -355,7 +355,8 @@ class CallTranscript:
             self._lines.append(["caller", event.text, event.turn_id])
         elif isinstance(event, AgentSpeech) and (event.heard_text or not event.interrupted):
             # (a reply cut before a word of it was heard — the caller went on — is no line)
-            self._lines.append(["agent", event.heard_text + (" [cut]" if event.interrupted else ""),
+            self._lines.append(["agent", event.heard_text + (" [call ended]" if event.call_ended else
+                                                             " [cut]" if event.interrupted else ""),
                                 event.turn_id])
 
     @property

@@ -194,7 +194,7 @@ class BrowserLink:
             out.append(_j(type="agent_text", turn_id=ev.turn_id, text=ev.text))
         elif isinstance(ev, ToolCallEvent):
             out.append(_j(type="tool", turn_id=ev.turn_id, name=ev.name, args=ev.args))
-        elif isinstance(ev, AgentSpeech):
+        elif isinstance(ev, AgentSpeech) and not ev.call_ended:  # (call_ended: the socket closes)
             if ev.interrupted:
                 out.append(_j(type="clear", turn_id=ev.turn_id))
             else:

@@ -235,7 +235,7 @@ class TwilioLink:
         return ()  # nothing queued at Twilio beyond network jitter: stopping the feed is enough
 
     def event(self, ev: Event) -> Iterable[Out]:
-        if not isinstance(ev, AgentSpeech):
+        if not isinstance(ev, AgentSpeech) or ev.call_ended:  # (the stream is closing)
             return ()
         if ev.interrupted:
             if ev.turn_id not in self._sent:

@@ -46,7 +46,7 @@ class CallTelemetry:
         if m is None:
             return
         if isinstance(ev, AgentSpeech):
-            if ev.interrupted:
+            if ev.interrupted and not ev.call_ended:
                 m.barge_ins.add(1, {"transport": self.transport})
         elif isinstance(ev, Recovery):
             m.recoveries.add(1, {"transport": self.transport, "stage": ev.stage, "action": ev.action})

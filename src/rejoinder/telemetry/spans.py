@@ -145,7 +145,7 @@ def _plan_turn(plan: list[SpanPlan], rec: TurnRecord, events: list[Event], call_
                 tools.start(ev.data.get("name"), ev)
             elif name == "tool_end":
                 tools.end(ev.data.get("name"), ev)
-        elif isinstance(ev, AgentSpeech) and ev.interrupted:
+        elif isinstance(ev, AgentSpeech) and ev.interrupted and not ev.call_ended:
             barge = ev.t_ms
         elif isinstance(ev, Recovery):
             turn.events.append(("recovery", ev.t_ms, {"rejoinder.stage": ev.stage,
