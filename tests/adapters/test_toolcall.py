@@ -184,6 +184,10 @@ SPOKEN_ORDER = {"type": "string", "pattern": r"^[0-9]([, -]{0,2}[0-9]){3}$"}
     ("42178", []),                                      # no span fits whole
     ("a4217", []),                                      # not at a word boundary
     ("Hello.", []),
+    ("Four, two, one, seven.", ["4, 2, 1, 7"]),         # digits the recogniser wrote as words
+    ("It's four two 1 7.", ["4 2 1 7"]),
+    ("One of your staff, please.", []),                 # a word "one" is no order number
+    ("Someone ate seventy-two.", []),                   # inside words: untouched
 ])
 def test_grounded_values_are_the_callers_spans_that_fit_the_pattern(said, spans):
     assert grounded_values(SPOKEN_ORDER, said) == spans

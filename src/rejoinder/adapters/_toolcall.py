@@ -253,7 +253,8 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
 
     Used to *ground* such an argument: a small model asked to write an order number the caller
     read out writes a number it has seen more often (SmolLM2-135M wrote ``1234`` and ``4234`` for
-    ``4, 2, 1, 7``); choosing among the caller's own spans, it copies (issue 16)."""
+    ``4, 2, 1, 7``); choosing among the caller's own spans, it copies (issue 16). Digits read
+    as words count as digits ("four two one seven" offers ``4 2 1 7``)."""
     pattern = schema.get("pattern") if schema.get("type") == "string" else None
     if not pattern or not text:
         return []
@@ -264,10 +265,18 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
     except re.error:
         return []
     out: list[str] = []
-    for m in rx.finditer(text):
-        if m.group(0) and m.group(0) not in out:
-            out.append(m.group(0))
+    # the caller's words as transcribed, then with digits read as words written as digits
+    # ("Four, two, one, seven." → "4, 2, 1, 7."): a recogniser writes either
+    for version in (text, _DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], text)):
+        for m in rx.finditer(version):
+            if m.group(0) and m.group(0) not in out:
+                out.append(m.group(0))
     return out
+
+
+_DIGIT_OF = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4",
+             "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9"}
+_DIGIT_WORD = re.compile(r"(?<![\w'])(?:" + "|".join(_DIGIT_OF) + r")(?![\w'])", re.IGNORECASE)
 
 
 def choice_grammar(values: Sequence[str], sep: str, lead: str = "") -> str:
