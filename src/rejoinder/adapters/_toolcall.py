@@ -19,6 +19,7 @@ import re
 import uuid
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..dictation import DIGIT_WORDS
 from ..ports import ChatMessage, PortError, ToolCall, ToolSchema
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -274,8 +275,7 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
     return out
 
 
-_DIGIT_OF = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4",
-             "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9"}
+_DIGIT_OF = DIGIT_WORDS
 _DIGIT_WORD = re.compile(r"(?<![\w'])(?:" + "|".join(_DIGIT_OF) + r")(?![\w'])", re.IGNORECASE)
 
 
