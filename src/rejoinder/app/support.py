@@ -29,6 +29,7 @@ from pydantic import BeforeValidator, Field
 from rejoinder.agent import Agent
 from rejoinder.app import db
 from rejoinder.calltools import end_call, transfer_to_human
+from rejoinder.dictation import DIGIT_WORDS
 from rejoinder.flow import AgentStep
 from rejoinder.tools import CallContext, ToolError, tool
 
@@ -61,10 +62,8 @@ def _customer(ctx: CallContext) -> dict[str, Any]:
 
 def _digits(text: str) -> str:
     """"4 2 1 7", "#4217", "four two one seven" → "4217"."""
-    words = {"zero": "0", "oh": "0", "one": "1", "two": "2", "three": "3", "four": "4",
-             "five": "5", "six": "6", "seven": "7", "eight": "8", "nine": "9"}
     tokens = re.findall(r"[a-z]+|\d", text.lower())
-    return "".join(words.get(t, t) for t in tokens if t.isdigit() or t in words)
+    return "".join(DIGIT_WORDS.get(t, t) for t in tokens if t.isdigit() or t in DIGIT_WORDS)
 
 
 def _weekday(value: Any) -> Any:
