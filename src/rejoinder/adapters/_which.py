@@ -13,8 +13,9 @@ highest cosine similarity is called (a nearest-neighbour few-shot classifier; cf
 and k-NN classification over pretrained sentence representations, e.g. Snell et al.,
 "Prototypical Networks for Few-shot Learning", NeurIPS 2017).
 
-Measured with ``bench/tool_choice.py`` (temperature 0);
-see the README's "Figures measured". A tool without examples is described only by its name and
+Measured with ``bench/tool_choice.py --designs gate,gate-labels`` (38 items, temperature 0,
+SmolLM2-135M, 2026-12-02): right tool 82.8 % vs 62.1 % by the labels, right arguments 69.0 % vs
+51.7 %, small talk unchanged (88.9 % no call). A tool without examples is described only by its name and
 description, so the matcher stands aside (the gate's label ranking chooses) whenever an allowed
 tool has none.
 """
@@ -51,8 +52,8 @@ class ExampleMatcher:
             raise ValueError("no tool has examples to match against")
         raw = {name: np.array([self._unit(x) for x in ex]) for name, ex in self.tools.items() if ex}
         talk = [self._unit(x) for x in talk_examples]
-        self.center = np.mean(np.concatenate([*raw.values(), *( [np.array(talk)] if talk else [])]),
-                              axis=0)
+        every = np.vstack([*raw.values(), *talk])  # (examples, dim)
+        self.center = every.mean(axis=0)
         self._protos = {name: self._centred(v) for name, v in raw.items()}
 
     def _unit(self, text: str) -> np.ndarray:
