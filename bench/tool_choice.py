@@ -133,7 +133,8 @@ ITEMS: list[Item] = [
 MODES = ("gate", "lazy", "eager")
 SCHEMA_SUFFIXES = ("strict", "hhmm", "bare")
 #: The designs run by default (any MODE[-EXAMPLES][-SCHEMAS] can be named with --designs;
-#: "gate-labels" is the gate choosing the tool by its labels instead of the nearest example):
+#: "gate-labels" is the gate choosing the tool by its labels instead of the nearest example;
+#: "gate-noveto" the nearest example without small talk competing, rejoinder.adapters._which):
 #: each mode as declared and strict, then eager (the mode that calls) across examples and schemas.
 DESIGNS = ["gate", "gate-labels", "lazy", "lazy-strict", "lazy-fewshot", "eager", "eager-strict", "eager-hhmm",
            "eager-bare", "eager-fewshot", "eager-fewshot-strict", "eager-fewcall",
@@ -211,8 +212,10 @@ async def ask(agent, item: Item, key: str, **edits) -> LLMRequest:
 async def run_design(llm, base, name: str, items: list[Item]) -> dict:
     # "gate-labels": the gate's label ranking picks the tool (LlamaLLM tool_which="labels");
     # plain "gate": the nearest tool example does (the default, rejoinder.adapters._which)
+    # "gate-noveto": the nearest example picks the tool, but small talk does not compete there
     labels = name.endswith("-labels")
-    mode, examples, schemas = parse_design(name.removesuffix("-labels"))
+    llm.engine.talk_veto = not name.endswith("-noveto")
+    mode, examples, schemas = parse_design(name.removesuffix("-labels").removesuffix("-noveto"))
     llm.tool_mode = mode
     llm.engine.embed = None if labels else getattr(llm, "_embed", None)
     agent = variant(base, EXAMPLES[examples], schemas)
@@ -358,7 +361,7 @@ if __name__ == "__main__":
     names = [d for d in a.designs.split(",") if d]
     try:
         for d in names:
-            parse_design(d.removesuffix("-labels"))
+            parse_design(d.removesuffix("-labels").removesuffix("-noveto"))
     except ValueError as exc:
         sys.exit(str(exc))
     out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format))

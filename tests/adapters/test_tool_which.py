@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rejoinder.adapters._which import ExampleMatcher
+from rejoinder.adapters._which import TALK, ExampleMatcher
 from rejoinder.app.support import agent as support
 from rejoinder.errors import ConfigError
 from rejoinder.ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
@@ -39,6 +39,18 @@ def test_the_nearest_example_wins_in_the_centred_space():
     assert all(-1.0 - 1e-9 <= s <= 1.0 + 1e-9 for s in sims.values())
     # only the allowed tools are candidates
     assert m.choose("my order", ["transfer_to_human"])[0] == "transfer_to_human"
+
+
+def test_small_talk_nearer_than_every_tool_vetoes_the_call():
+    m = ExampleMatcher(_bag, TOOLS, ("hello there", "hello again"))
+    names = ["lookup_order", "transfer_to_human"]
+    tool, sims = m.choose("hello, hello", names, talk=True)
+    assert tool is None and sims[TALK] > max(sims[n] for n in names)
+    tool, sims = m.choose("where is my order", names, talk=True)
+    assert tool == "lookup_order" and sims["lookup_order"] > sims[TALK]
+    # without ``talk`` small talk only centres the space, as before
+    assert m.choose("hello, hello", names)[0] in names
+    assert TALK not in m.choose("hello, hello", names)[1]
 
 
 def test_it_stands_aside_when_an_allowed_tool_has_no_examples():

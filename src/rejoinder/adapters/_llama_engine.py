@@ -22,8 +22,10 @@ from ..errors import ConfigError
 from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
 from ._chatformat import ChatFormat, format_for
 from ._echo import end_mask, is_echo
+from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
-from ._which import ExampleMatcher
+from ._grounded import after_tool_result, reply_grammar, reply_vocabulary
+from ._which import TALK, ExampleMatcher
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
@@ -72,7 +74,8 @@ class ChatEngine:
       ``request.tool_threshold`` or, without one, ``tool_threshold`` (the model's calibration).
       With ``embed`` (a sentence-embedding function of the same model), *which* tool is the
       one whose example is nearest the caller's words (:mod:`._which`) when every allowed tool
-      has examples; otherwise the best label.
+      has examples; otherwise the best label. With ``talk_veto`` (default on) the small-talk
+      examples compete there too: when one lies nearer than every tool's, no tool is called.
       The decision is yielded first as a :class:`~rejoinder.ports.ToolDecision` (``decision``
       passes one made beforehand); then either the chosen tool's call is written under its
       grammar, or text is sampled (call markup then ends the reply). After a tool result the
@@ -93,7 +96,10 @@ class ChatEngine:
     (:func:`._toolcall.grounded_values`; forced when there is one), otherwise it is sampled under
     the pattern. A text reply to the caller may not end as a copy of the caller's words
     (``no_echo``, default on, :mod:`._echo`): sampling resumes with the end masked
-    (``RequestStats.echo_resumed``). A call is
+    (``RequestStats.echo_resumed``). A text reply after a tool result is *grounded*
+    (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
+    results' words and values, the caller's, the instructions' (no digits) and common words, so
+    its numbers and dates come from the results. A call is
     capped at ``max(request.max_tokens, tool_call_tokens)`` sampled tokens; one cut there is a
     :class:`PortError`. Sampling: top-k 40, top-p 0.95, min-p 0.05 at ``request.temperature``
     (greedy at 0), seeded with ``seed`` per request.
@@ -108,7 +114,8 @@ class ChatEngine:
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  tool_threshold: float = 0.0, threshold_source: str = "default",
                  chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
-                 no_echo: bool = True, embed: Any = None) -> None:
+                 no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
+                 talk_veto: bool = True) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -130,6 +137,8 @@ class ChatEngine:
         self.threshold_source = threshold_source
         self.ground_arguments = ground_arguments
         self.no_echo = no_echo
+        self.grounded_replies = grounded_replies
+        self.talk_veto = talk_veto
         self.embed = embed
         self._matchers: OrderedDict[tuple, ExampleMatcher] = OrderedDict()
         self._eog: list[int] | None = None
@@ -140,14 +149,14 @@ class ChatEngine:
         self.last_stats = RequestStats()
 
     # -- prompt and grammars -------------------------------------------------------------
-    def _grammar(self, gbnf: str) -> Any:
-        """A ``LlamaGrammar`` for ``gbnf``, checked once: llama.cpp parses it again for every
-        request, and a grammar it cannot parse would otherwise sample unconstrained.
+    def _grammar(self, gbnf: str) -> str:
+        """``gbnf``, checked once to parse: :meth:`_pieces` builds its llama.cpp grammar sampler
+        (:class:`._fastgrammar.GrammarMask`) for every request, and a grammar llama.cpp cannot
+        parse would otherwise fail there.
 
         Raises:
             PortError: llama.cpp rejects the grammar.
         """
-        from llama_cpp import LlamaGrammar
         from llama_cpp import llama_cpp as C
 
         if gbnf not in self._checked:
@@ -159,9 +168,9 @@ class ChatEngine:
             self._checked.add(gbnf)
             if len(self._checked) > 1024:
                 self._checked.clear()
-        return LlamaGrammar.from_string(gbnf, verbose=False)
+        return gbnf
 
-    def _schema_grammar(self, schema: dict[str, Any]) -> Any:
+    def _schema_grammar(self, schema: dict[str, Any]) -> str:
         from llama_cpp.llama_grammar import json_schema_to_gbnf
 
         key = json.dumps(schema, sort_keys=True)
@@ -190,11 +199,14 @@ class ChatEngine:
         return self.format.system_prefix(system, tools, tool_prompt=self.tool_prompt)
 
     # -- sampling -----------------------------------------------------------------------------
-    def _pieces(self, tokens: list[int], temperature: float, grammar: Any, max_tokens: int,
-                stop: threading.Event, first: bool, echo_of: str = "") -> Iterator[str]:
+    def _pieces(self, tokens: list[int], temperature: float, grammar: str | None,
+                max_tokens: int, stop: threading.Event, first: bool,
+                echo_of: str = "") -> Iterator[str]:
         """Sample after ``tokens`` and yield decoded text pieces until an end-of-generation
-        token, ``max_tokens`` or ``stop``. With ``echo_of`` (the caller's words), an end while
-        the text is still a copy of them resumes sampling with the end masked (:mod:`._echo`)."""
+        token, ``max_tokens`` or ``stop``; ``grammar`` (GBNF from :meth:`_grammar`) constrains
+        every token (:class:`._fastgrammar.GrammarMask`: the likely tokens are matched first).
+        With ``echo_of`` (the caller's words), an end while the text is still a copy of them
+        resumes sampling with the end masked (:mod:`._echo`)."""
         from llama_cpp import llama_cpp as C
 
         llm = self._llm
@@ -214,10 +226,11 @@ class ChatEngine:
         emitted: list[int] = []
         said = [""]
         mask = None
+        constrain = GrammarMask(llm, grammar) if grammar else None
         while True:
+            procs = [p for p in (constrain, mask) if p is not None] or None
             gen = llm.generate(tokens + emitted, temp=max(0.0, temperature), top_k=40, top_p=0.95,
-                               min_p=0.05, repeat_penalty=1.0, grammar=grammar,
-                               logits_processor=mask)
+                               min_p=0.05, repeat_penalty=1.0, logits_processor=procs)
             ended = False
             try:
                 for token in gen:
@@ -236,10 +249,14 @@ class ChatEngine:
                         return
             finally:
                 gen.close()
+                if constrain is not None and not ended:
+                    constrain.close()  # (an end resumed below keeps the grammar's state)
             if not (ended and mask is None and echo_of and is_echo(said[0], echo_of)):
+                if constrain is not None:
+                    constrain.close()
                 return
             self.last_stats.echo_resumed += 1
-            mask = [end_mask(self._eog_ids(), lambda: is_echo(said[0], echo_of))]
+            mask = end_mask(self._eog_ids(), lambda: is_echo(said[0], echo_of))
 
     def _eog_ids(self) -> list[int]:
         """The model's end-of-generation token ids (looked up once)."""
@@ -360,11 +377,22 @@ class ChatEngine:
                 return m.content
         return ""
 
+    def _reply_grammar(self, request: LLMRequest, opener: str | None) -> str | None:
+        """The grammar of a text reply: the request's JSON schema, else after a tool result a
+        grounded reply (:mod:`._grounded`, when ``grounded_replies``), else none."""
+        if request.json_schema:
+            return self._schema_grammar(request.json_schema)
+        if not (self.grounded_replies and after_tool_result(request.messages)):
+            return None
+        words, phrases = reply_vocabulary(request.messages)
+        opens = (self.format.call_open, *self.format.alt_opens) if opener == "call" else ()
+        return self._grammar(reply_grammar(words, phrases, opens))
+
     def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
               opener: str | None, first: bool, echo_of: str = "") -> Iterator[LLMDelta]:
         """Stream text after ``prompt``. ``opener="call"``: the call opener switches to the call
         grammar; ``"stop"``: it ends the reply; None: it is plain text."""
-        grammar = self._schema_grammar(request.json_schema) if request.json_schema else None
+        grammar = self._reply_grammar(request, opener)
         call_open = self.format.call_open
         openers = (call_open, *self.format.alt_opens)
         scanner = SentinelScanner((openers if opener else ()) + tuple(request.stop))
@@ -416,8 +444,10 @@ class ChatEngine:
         chosen, which, sims = scores.chosen(threshold), "labels", None
         matcher = self.matcher_for(request.tools, request.talk_examples)
         if chosen is not None and matcher is not None and matcher.covers(list(scores.tools)):
-            picked, sims = matcher.choose(self._caller_said(request), list(scores.tools))
-            chosen, which = picked or chosen, "examples"
+            picked, sims = matcher.choose(self._caller_said(request), list(scores.tools),
+                                          talk=self.talk_veto)
+            # None with the talk similarity: a small-talk example lies nearest, so no call
+            chosen, which = (None if TALK in sims and picked is None else picked or chosen), "examples"
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims)
 

@@ -30,6 +30,8 @@ from ..ports import ToolSchema
 
 WHICH_MODES = ("examples", "labels")
 _PREFIX = "Caller: "
+#: the key of small talk's similarity in :meth:`ExampleMatcher.choose`'s result
+TALK = "(talk)"
 
 
 class ExampleMatcher:
@@ -55,6 +57,7 @@ class ExampleMatcher:
         every = np.vstack([*raw.values(), *talk])  # (examples, dim)
         self.center = every.mean(axis=0)
         self._protos = {name: self._centred(v) for name, v in raw.items()}
+        self._talk = self._centred(np.array(talk)) if talk else None
 
     def _unit(self, text: str) -> np.ndarray:
         v = np.asarray(self._embed(_PREFIX + " ".join(text.split())), dtype=np.float64)
@@ -78,7 +81,17 @@ class ExampleMatcher:
         q = self._centred(self._unit(text)[None, :])[0]
         return {n: float((self._protos[n] @ q).max()) for n in names if n in self._protos}
 
-    def choose(self, text: str, names: Sequence[str]) -> tuple[str | None, dict[str, float]]:
-        """The tool of ``names`` whose example is nearest ``text``, and the similarities."""
+    def choose(self, text: str, names: Sequence[str],
+               talk: bool = False) -> tuple[str | None, dict[str, float]]:
+        """The tool of ``names`` whose example is nearest ``text``, and the similarities.
+
+        ``talk``: small talk competes too (its similarity is ``sims[TALK]``); when a small-talk
+        example is nearer than every tool's, the choice is None (no call)."""
         sims = self.similarities(text, names)
-        return (max(sims, key=sims.__getitem__) if sims else None), sims
+        best = max(sims, key=sims.__getitem__) if sims else None
+        if talk and self._talk is not None and best is not None:
+            q = self._centred(self._unit(text)[None, :])[0]
+            sims[TALK] = float((self._talk @ q).max())
+            if sims[TALK] > sims[best]:
+                return None, sims
+        return best, sims

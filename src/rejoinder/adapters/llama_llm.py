@@ -93,6 +93,8 @@ class LlamaLLM:
             (default: the nearest tool example in the model's own sentence embeddings, from a
             second, small llama.cpp context on the same file, :mod:`._which`) or ``"labels"``
             (the best label of the gate's prompt).
+        grounded_replies: a reply after a tool result uses only the results' words, the
+            caller's, the instructions' and common words (default True; :mod:`._grounded`).
         max_tool_calls: most calls in one assistant message (default 1).
         tool_call_tokens: least token budget of a tool call (default 128).
         cache_mb: budget of saved conversation KV states in MiB (default 512, ≈23 k tokens).
@@ -114,7 +116,7 @@ class LlamaLLM:
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  cache_mb: int = 512, flash_attn: bool = False,
                  tool_threshold: float | None = None, chat_format: str = "auto",
-                 tool_which: str = "examples") -> None:
+                 tool_which: str = "examples", grounded_replies: bool = True) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -145,7 +147,8 @@ class LlamaLLM:
                                  max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
                                  tool_threshold=threshold, threshold_source=source,
                                  chat_format=llama_format(self._llm, chat_format),
-                                 embed=self._embed if tool_which == "examples" else None)
+                                 embed=self._embed if tool_which == "examples" else None,
+                                 grounded_replies=grounded_replies)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
 

@@ -46,6 +46,7 @@ class LlamaOptions(BaseModel):
     tool_mode: Literal["gate", "lazy", "eager"] = "gate"
     tool_threshold: float | None = None
     tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
+    grounded_replies: bool = True  # replies after a tool result stay on its words (_grounded)
     max_tool_calls: int = Field(1, ge=1)
     tool_call_tokens: int = Field(128, ge=16)
     cache_mb: int = Field(512, ge=0)

@@ -55,8 +55,8 @@ def _conn(ctx: CallContext):
 def _customer(ctx: CallContext) -> dict[str, Any]:
     customer = ctx.state.get("customer")
     if customer is None:
-        raise ToolError("this caller's phone number is not on any account, so I can't look up "
-                        "their orders or appointments")
+        raise ToolError("your phone number is not on any account, so I can't look up your "
+                        "orders or appointments")
     return customer
 
 
@@ -110,7 +110,7 @@ def lookup_order(ctx: CallContext, order_id: OrderNumber) -> dict[str, Any]:
     row = db.order_row(_conn(ctx), order_id)
     if row is None or db.normalize_phone(row["customer_phone"] or "") != db.normalize_phone(customer["phone"]):
         mine = ", ".join(o["id"] for o in db.orders_of(_conn(ctx), customer["id"])) or "none"
-        raise ToolError(f"the caller has no order {order_id}; their orders are: {mine}")
+        raise ToolError(f"you have no order {order_id}; your orders are: {mine}")
     out = {"order_id": row["id"], "item": row["item"], "status": row["status"]}
     if row["ship_date"]:
         out["shipped_on"] = db.speak_date(row["ship_date"])
@@ -141,9 +141,9 @@ def _pick(ctx: CallContext, service: str) -> dict[str, Any]:
     if not service and len(appts) == 1:
         return appts[0]
     if not appts:
-        raise ToolError("the caller has no booked appointments")
+        raise ToolError("you have no booked appointments")
     listing = "; ".join(f"{a['service']} on {a['when']}" for a in appts)
-    raise ToolError(f"which appointment? the caller has: {listing}")
+    raise ToolError(f"which appointment? you have: {listing}")
 
 
 _PARTS_OF_DAY = {"afternoon": (14, 0), "morning": (10, 0), "noon": (12, 0), "midday": (12, 0)}
