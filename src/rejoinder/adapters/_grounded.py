@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..ports import ChatMessage
 
@@ -51,24 +51,14 @@ won't would yes yet you you'd you'll you're you've your
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+")
 
 
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-    elif value is not None and not isinstance(value, bool):
-        yield str(value)
-
-
 def _result_values(content: str) -> list[str]:
-    """The leaf values of a JSON tool result (the text itself when it is not JSON); the keys of
-    objects as words too (``expected_arrival`` → "expected", "arrival")."""
+    """The leaf values of a JSON tool result (the text itself when it is not JSON), then the keys
+    of its objects as words (``expected_arrival`` → "expected arrival")."""
     try:
         value = json.loads(content)
     except ValueError:
         return [content]
+    leaves: list[str] = []
     keys: list[str] = []
 
     def walk(v: Any) -> None:
@@ -79,9 +69,11 @@ def _result_values(content: str) -> list[str]:
         elif isinstance(v, list):
             for x in v:
                 walk(x)
+        elif v is not None and not isinstance(v, bool):
+            leaves.append(str(v))
 
     walk(value)
-    return [*_strings(value), *keys]
+    return leaves + keys
 
 
 def reply_vocabulary(messages: Sequence[ChatMessage]) -> tuple[set[str], set[str]]:
