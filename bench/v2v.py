@@ -11,7 +11,7 @@ bought and cost (hit rate, ms saved p50, LLM calls per turn; rejoinder.speculati
 longest silence the caller heard per turn (p95, all turns and tool turns).
 
     .venv/bin/python bench/v2v.py [--runs 10] [--agent SPEC] [--tts piper|espeak]
-                                  [--llm smollm2|openai] [--json]
+                                  [--llm smollm2|openai] [--config YAML] [--json]
 
 Goal (issue 8): V2V p50 ≤ 800 ms and p95 ≤ 1200 ms on a 2-core CPU with the embedded models.
 """
@@ -34,8 +34,9 @@ from rejoinder.harness.stats import percentiles
 from rejoinder.runtime import Runtime, load_caller
 
 
-async def main(runs: int, agent: str | None, tts: str | None, llm: str | None) -> dict:
-    runtime = Runtime(load_config(None, agent=agent, tts=tts, llm=llm))
+async def main(runs: int, agent: str | None, tts: str | None, llm: str | None,
+               config: str | None = None) -> dict:
+    runtime = Runtime(load_config(config, agent=agent, tts=tts, llm=llm))
     await runtime.warmup()
     turns, phone, sc = await load_caller(BUNDLED_CALL)
     proc = psutil.Process()
@@ -93,9 +94,10 @@ if __name__ == "__main__":
     ap.add_argument("--agent", default=None)
     ap.add_argument("--tts", default=None)
     ap.add_argument("--llm", default=None)
+    ap.add_argument("--config", default=None, help="a runtime config YAML (e.g. stack.llama.n_threads)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    out = asyncio.run(main(a.runs, a.agent, a.tts, a.llm))
+    out = asyncio.run(main(a.runs, a.agent, a.tts, a.llm, a.config))
     if a.json:
         print(json.dumps(out, indent=2))
     else:

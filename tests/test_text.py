@@ -123,12 +123,26 @@ def test_first_clause_emitted_early() -> None:
 
 
 def test_first_chunk_needs_min_first_words() -> None:
+    # a clause boundary needs three words; a sentence end may close a shorter first chunk
     assert all_ways("Hi, there. How are you doing, friend? Good.") == [
+        "Hi, there.", " How are you doing, friend?", " Good."
+    ]
+    assert all_ways("Hi, there. How are you doing, friend? Good.", min_first_sentence=3) == [
         "Hi, there. How are you doing,", " friend? Good."
     ]
     assert all_ways("Hi, there. How are you doing, friend? Good.", min_first_words=1) == [
         "Hi,", " there. How are you doing, friend?", " Good."
     ]
+
+
+def test_a_one_word_opening_sentence_is_spoken_at_once() -> None:
+    ch = SpeakableChunker()
+    toks = tokens("Hello. I'm here to help with your order.")
+    got_at = [i for i, t in enumerate(toks) if ch.push(t)]
+    assert got_at and toks[got_at[0]] == " I'm"  # the space after "Hello." resolved it
+    assert ch.flush() == [" I'm here to help with your order."]
+    with pytest.raises(ValueError):
+        SpeakableChunker(min_first_sentence=0)
 
 
 def test_later_chunks_split_only_at_sentence_ends_and_merge_short() -> None:

@@ -1,21 +1,61 @@
-"""Run blocking model code off the event loop, once per request (never once per audio frame)."""
+"""Run blocking model code off the event loop, once per request (never once per audio frame).
+
+Native libraries that parallelise with OpenMP (llama.cpp and CTranslate2 both link a libgomp)
+must always be entered from *one* OS thread per library (:func:`model_thread`). libgomp gives
+every thread that opens a parallel region a team of worker threads of its own and keeps it while
+that thread lives; once the process holds more OpenMP threads than CPUs, libgomp's barriers stop
+spinning and sleep on a futex (its "throttled" spin count, libgomp ``env.c`` /
+``gomp_throttled_spin_count_var``), and llama.cpp crosses a barrier after every graph node.
+Measured on the 2-core CI machine with SmolLM2-135M (2 threads): 14.5 ms per token when every
+llama.cpp call came from one thread, 47 ms once one warm-up had run in an ``asyncio.to_thread``
+worker beside it (``OMP_WAIT_POLICY=passive`` gives the same 52 ms from the start).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import AsyncIterator, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 _DONE = object()
+_POOLS: dict[str, ThreadPoolExecutor] = {}
+_OWNERS: dict[int, str] = {}  # thread ident → the library whose thread it is
+_POOLS_LOCK = threading.Lock()
 
 
-async def iterate_in_thread(make_iter: Callable[[threading.Event], Iterator[T]]) -> AsyncIterator[T]:
+def model_thread(name: str) -> ThreadPoolExecutor:
+    """The process's one thread for every call into the native library ``name`` (``"llama"``,
+    ``"ctranslate2"``): a single-worker executor, created on first use (see the module
+    docstring for why)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(name)
+        if pool is None:
+            def own() -> None:
+                _OWNERS[threading.get_ident()] = name
+            pool = _POOLS[name] = ThreadPoolExecutor(1, thread_name_prefix=f"rejoinder-{name}",
+                                                     initializer=own)
+        return pool
+
+
+def on_model_thread(name: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    """Run ``fn(*args, **kwargs)`` on :func:`model_thread` ``name`` and wait for it (blocking);
+    directly when already there. Exceptions propagate."""
+    if _OWNERS.get(threading.get_ident()) == name:
+        return fn(*args, **kwargs)
+    return model_thread(name).submit(fn, *args, **kwargs).result()
+
+
+async def iterate_in_thread(make_iter: Callable[[threading.Event], Iterator[T]],
+                            executor: ThreadPoolExecutor | None = None) -> AsyncIterator[T]:
     """Drive a blocking iterator in a worker thread and yield its items on the event loop.
 
     ``make_iter(stop)`` is called in the worker thread; the iterator should check ``stop.is_set()``
     between items (e.g. between LLM tokens) so that cancelling the consumer (barge-in) stops the
-    work promptly. Exceptions raised in the worker are re-raised in the consumer.
+    work promptly. Exceptions raised in the worker are re-raised in the consumer. ``executor``:
+    run it there (e.g. :func:`model_thread`; a request queued behind another starts when that one
+    ends) instead of on a new thread.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -35,8 +75,10 @@ async def iterate_in_thread(make_iter: Callable[[threading.Event], Iterator[T]])
             except RuntimeError:  # loop closed: nobody is listening any more
                 pass
 
-    thread = threading.Thread(target=worker, name="rejoinder-infer", daemon=True)
-    thread.start()
+    if executor is not None:
+        executor.submit(worker)
+    else:
+        threading.Thread(target=worker, name="rejoinder-infer", daemon=True).start()
     try:
         while True:
             item = await queue.get()

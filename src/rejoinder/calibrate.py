@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ._threads import on_model_thread
 from .agent import Agent
 from .errors import ConfigError
 from .ports import ChatMessage, ToolSchema
@@ -54,6 +55,16 @@ class Calibration:
                 "utterances": [{"say": p.say, "label": p.label, "margin": round(p.margin, 3),
                                 "best": p.best} for p in self.points]}
 
+
+
+def _score(llm: Any, gate: Any, messages: tuple) -> Any:
+    """One gate score on the llama.cpp thread (:func:`rejoinder._threads.model_thread`)."""
+    with llm._lock:
+        llm.cache.activate(gate.key)
+        try:
+            return gate.score(llm._llm, messages)
+        finally:
+            llm.cache.forget(gate.key)
 
 def _rates(points: Sequence[Scored], t: float) -> tuple[float, float]:
     pos = [p for p in points if p.label is not None]
@@ -123,9 +134,6 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
     for say, label in labelled(agent):
         gate = LabelGate(_without(tools, say), tuple(x for x in talk if x != say))
         messages = (ChatMessage("assistant", opening), ChatMessage("user", say))
-        with llm._lock:
-            llm.cache.activate(gate.key)
-            s = gate.score(llm._llm, messages)
-            llm.cache.forget(gate.key)
+        s = on_model_thread("llama", _score, llm, gate, messages)
         points.append(Scored(say, label, s.margin, s.best))
     return choose_threshold(points, max_spurious)

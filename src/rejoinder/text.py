@@ -18,9 +18,10 @@ next chunk (for a newline boundary the newline starts the next chunk).
 
 * **First chunk** - emitted as early as is safe, at the first *clause boundary*
   (``,`` ``;`` ``:`` followed by whitespace; a spaced dash `` - `` / `` – `` /
-  `` — ``; an em dash between words; a pause ellipsis) or *sentence end* whose
-  chunk holds at least ``min_first_words`` words.  The agent can start speaking
-  the first clause while the LLM is still generating the rest.
+  `` — ``; an em dash between words; a pause ellipsis) whose chunk holds at least
+  ``min_first_words`` words, or at the first *sentence end* (``min_first_sentence``
+  words: one by default, so "Hello." or "Sure!" is spoken at once).  The agent can
+  start speaking the first clause while the LLM is still generating the rest.
 * **First-chunk budget** - the first chunk never waits for punctuation beyond
   ``first_max_words`` words / ``first_max_chars`` characters (default 10 words,
   60 characters).  Why: Piper synthesises a whole sentence before it yields any
@@ -112,6 +113,9 @@ class SpeakableChunker:
     Args:
         min_first_words: words (whitespace-separated tokens containing a letter or
             digit) the first chunk needs before a clause boundary may end it; >= 1.
+        min_first_sentence: words the first chunk needs before a *sentence end* may end
+            it (default 1: a reply that opens "Hello." or "Sure!" is spoken at once, while the
+            rest is generated; "Hi," still waits for ``min_first_words``); >= 1.
         min_words: words a later chunk needs before a sentence end may end it;
             shorter sentences are merged with the next; >= 1 (1 disables merging).
         max_chars: hard upper bound on a chunk's length in characters; >= 8.
@@ -128,9 +132,10 @@ class SpeakableChunker:
     """
 
     def __init__(self, min_first_words: int = 3, min_words: int = 4, max_chars: int = 250,
-                 first_max_words: int = 10, first_max_chars: int = 60) -> None:
-        if min_first_words < 1 or min_words < 1:
-            raise ConfigError("min_first_words and min_words must be >= 1")
+                 first_max_words: int = 10, first_max_chars: int = 60,
+                 min_first_sentence: int = 1) -> None:
+        if min_first_words < 1 or min_words < 1 or min_first_sentence < 1:
+            raise ConfigError("min_first_words, min_words and min_first_sentence must be >= 1")
         if max_chars < 8:
             raise ConfigError(f"max_chars must be >= 8, got {max_chars}")
         if first_max_words < min_first_words:
@@ -139,6 +144,7 @@ class SpeakableChunker:
         if first_max_chars < 8:
             raise ConfigError(f"first_max_chars must be >= 8, got {first_max_chars}")
         self.min_first_words = min_first_words
+        self.min_first_sentence = min(min_first_sentence, min_first_words)
         self.min_words = min_words
         self.max_chars = max_chars
         self.first_max_words = first_max_words
@@ -234,7 +240,8 @@ class SpeakableChunker:
             kind, cut = res  # type: ignore[misc]
             if cut > limit:
                 break
-            if (kind == _SENTENCE or first) and _count_words(buf[:cut]) >= need:
+            if (kind == _SENTENCE or first) and _count_words(buf[:cut]) >= (
+                    self.min_first_sentence if first and kind == _SENTENCE else need):
                 return cut
             i = max(cut, i + 1)
         if first and (cap := self._first_cap(limit)) is not None:

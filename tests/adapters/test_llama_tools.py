@@ -47,8 +47,8 @@ async def test_conversations_keep_their_kv_cache_when_interleaved(llama_llm):
     b += [ChatMessage("assistant", "Yes."), ChatMessage("user", "Great.")]
     await _run(llama_llm, LLMRequest(tuple(b), max_tokens=4, temperature=0.0, cache_key="B"))
     assert llama_llm.last_stats.prefilled < llama_llm.last_stats.prompt // 3
-    llama_llm.forget("A")
-    llama_llm.forget("B")
+    llama_llm.forget("A").result(timeout=30)
+    llama_llm.forget("B").result(timeout=30)
     assert "A" not in llama_llm.cache.stats.keys or llama_llm.cache._saved.get("A") is None
 
 

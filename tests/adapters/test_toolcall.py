@@ -73,7 +73,10 @@ def test_render_prompt_is_append_only():
 
 def test_flatten_result():
     assert flatten_result('{"order_id": "4217", "items": [{"a": 1}, {"a": 2}], "x": []}') == \
-        "order id: 4217, items: a: 1; a: 2, x: none"
+        "order 4217, items: a: 1; a: 2, x: none"
+    # an id names what it identifies ("order 4217"); a bare "id" key or an id holding an object
+    # keeps the key: value form
+    assert flatten_result('{"id": 7, "shop_id": {"n": 2}}') == "id: 7, shop id: n: 2"
     assert flatten_result("plain text") == "plain text"
     assert flatten_result("42") == "42"
 

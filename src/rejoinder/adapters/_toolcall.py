@@ -49,15 +49,22 @@ DEFAULT_TOOL_RESULT_PROMPT = "{name} result: {result}. Tell the caller what it s
 
 def flatten_result(content: str) -> str:
     """A JSON tool result as short ``key: value`` text (``{"order_id": "4217", "eta": "Friday"}``
-    → ``order id: 4217, eta: Friday``; list items joined by ``; ``); other text unchanged."""
+    → ``order 4217, eta: Friday``: an ``…_id`` key names what its value identifies, as a person
+    would say it; list items joined by ``; ``); other text unchanged."""
     try:
         value = json.loads(content)
     except ValueError:
         return content
 
+    def pair(k: Any, x: Any) -> str:
+        key = str(k)
+        if key.lower().endswith("_id") and len(key) > 3 and not isinstance(x, (dict, list)):
+            return f"{key[:-3].replace('_', ' ')} {flat(x)}"
+        return f"{key.replace('_', ' ')}: {flat(x)}"
+
     def flat(v: Any) -> str:
         if isinstance(v, dict):
-            return ", ".join(f"{str(k).replace('_', ' ')}: {flat(x)}" for k, x in v.items())
+            return ", ".join(pair(k, x) for k, x in v.items())
         if isinstance(v, list):
             return "; ".join(flat(x) for x in v) or "none"
         return str(v)

@@ -12,10 +12,11 @@ the tool schemas make every call valid JSON for a declared tool (:mod:`._llama_e
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Iterator, Sequence
 
-from .._threads import iterate_in_thread
+from .._threads import iterate_in_thread, model_thread, on_model_thread
 from ..errors import ConfigError, MissingExtra
 from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
 from ._kvcache import ConversationCache
@@ -191,7 +192,12 @@ class LlamaLLM:
         """Evaluate the system turn (``system_prompt`` and ``tools`` rendered as a request would
         render them) into the KV cache (blocking), so the next request sharing that prefix only
         prefills its new tokens. Returns the number of tokens evaluated. Call it once at start-up,
-        e.g. via ``asyncio.to_thread``."""
+        e.g. via ``asyncio.to_thread``; the work itself runs on the process's llama.cpp thread
+        (:func:`rejoinder._threads.model_thread`)."""
+        return on_model_thread("llama", self._warmup, system_prompt, tools, cache_key)
+
+    def _warmup(self, system_prompt: str | None, tools: Sequence[ToolSchema],
+                cache_key: str | None) -> int:
         text = self.engine.system_prefix(system_prompt or DEFAULT_SYSTEM, tools)
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         with self._lock:
@@ -205,9 +211,13 @@ class LlamaLLM:
     def warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str] = ()) -> bool:
         """Evaluate the tool gate's prompt for ``tools`` (and the agent's ``talk_examples``)
         into its own KV state (blocking), so the first caller turn only pays for its own
-        words. Returns False when the gate is not in use (another ``tool_mode``, no tools)."""
+        words. Returns False when the gate is not in use (another ``tool_mode``, no tools).
+        Runs on the process's llama.cpp thread."""
         if self.engine.tool_mode != "gate" or not tools:
             return False
+        return on_model_thread("llama", self._warm_gate, tools, talk_examples)
+
+    def _warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str]) -> bool:
         with self._lock:
             gate = self.engine.gate_for(tuple(tools), tuple(talk_examples))
             self.cache.activate(gate.key)
@@ -215,10 +225,14 @@ class LlamaLLM:
             self.engine.matcher_for(tuple(tools), tuple(talk_examples))  # embeds the examples
         return True
 
-    def forget(self, cache_key: str) -> None:
-        """Drop the saved KV state of a finished conversation (frees its memory at once)."""
-        with self._lock:
-            self.cache.forget(cache_key)
+    def forget(self, cache_key: str) -> Future:
+        """Drop the saved KV state of a finished conversation. Never blocks: the memory is freed
+        on the llama.cpp thread as soon as the request it may be serving ends; the returned
+        ``concurrent.futures.Future`` is done then."""
+        def forget() -> None:
+            with self._lock:
+                self.cache.forget(cache_key)
+        return model_thread("llama").submit(forget)
 
     def _generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[LLMDelta]:
         with self._lock:
@@ -246,7 +260,8 @@ class LlamaLLM:
                 ``tool_choice`` names no declared tool, a tool call was cut by its token budget,
                 or the conversation no longer fits the context.
         """
-        async for delta in iterate_in_thread(lambda stop: self._generate(request, stop)):
+        async for delta in iterate_in_thread(lambda stop: self._generate(request, stop),
+                                             model_thread("llama")):
             yield delta
 
 

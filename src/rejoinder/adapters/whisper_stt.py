@@ -17,6 +17,7 @@ from typing import AsyncIterable, AsyncIterator
 
 import numpy as np
 
+from .._threads import model_thread, on_model_thread
 from ..ports import PortError, Transcript
 from ._paths import cache_dir, package_dir
 
@@ -175,6 +176,11 @@ class WhisperSTT:
         Raises:
             PortError: CTranslate2 failed.
         """
+        return on_model_thread("ctranslate2", self._decode, audio, short_window=short_window,
+                               dropped=dropped)
+
+    def _decode(self, audio: np.ndarray, *, short_window: bool | None,
+                dropped: threading.Event | None) -> Transcript:
         x = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
         if x.size == 0:
             return Transcript(text="", final=True)
@@ -260,7 +266,8 @@ class WhisperSTT:
         x = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
         dropped = threading.Event()
         try:
-            tr = await asyncio.to_thread(self.decode_sync, x, dropped=dropped)
+            tr = await asyncio.get_running_loop().run_in_executor(
+                model_thread("ctranslate2"), lambda: self._decode(x, short_window=None, dropped=dropped))
         except asyncio.CancelledError:  # a newer pause superseded this request: if it has not
             dropped.set()               # reached the model yet, it never will
             raise

@@ -108,7 +108,7 @@ class RemoteTarget:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + models_timeout_s
         while True:
-            status, body = await get_json(f"{base}/health", None)
+            status, body = await get_json(f"{base}/health", None, timeout_s=30.0)
             self.health = body if status == 200 and isinstance(body, dict) else None
             models = (self.health or {}).get("models")
             if models != "loading":
@@ -118,7 +118,12 @@ class RemoteTarget:
             await asyncio.sleep(0.5)
         if models == "failed":
             raise TargetError(f"{base}/health says the target's models failed to load; see its log")
-        status, body = await get_json(f"{base}/info", self.spec.token)
+        # a proxied target (Ray Serve) can take seconds to route its first request on a loaded box:
+        # a generous timeout and one retry when the request could not be made at all
+        for _ in range(2):
+            status, body = await get_json(f"{base}/info", self.spec.token, timeout_s=30.0)
+            if status != 0:
+                break
         if status == 401:
             raise TargetError(f"{base}/info refused the token (401): pass the target's token with --target-token "
                               "or REJOINDER_TARGET_TOKEN")
