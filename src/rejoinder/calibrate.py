@@ -56,7 +56,6 @@ class Calibration:
                                 "best": p.best} for p in self.points]}
 
 
-
 def _score(llm: Any, gate: Any, messages: tuple) -> Any:
     """One gate score on the llama.cpp thread (:func:`rejoinder._threads.model_thread`)."""
     with llm._lock:
@@ -65,6 +64,7 @@ def _score(llm: Any, gate: Any, messages: tuple) -> Any:
             return gate.score(llm._llm, messages)
         finally:
             llm.cache.forget(gate.key)
+
 
 def _rates(points: Sequence[Scored], t: float) -> tuple[float, float]:
     pos = [p for p in points if p.label is not None]
