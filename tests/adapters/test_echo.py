@@ -75,3 +75,15 @@ async def test_a_reply_after_a_tool_result_or_a_prefix_is_not_checked(llama_llm)
                      max_tokens=8, prefix="Hello")
     [d async for d in llama_llm.stream(req)]
     assert llama_llm.last_stats.echo_resumed == 0
+
+
+def test_repeats_itself_finds_a_loop_of_words_said_three_times():
+    from rejoinder.adapters._echo import repeats_itself
+
+    assert repeats_itself("The appointment is a haircut a haircut a haircut")
+    assert repeats_itself("order status is shipped, order status is shipped, order status is shipped")
+    assert repeats_itself("no, no, no")
+    assert not repeats_itself("a haircut a haircut")  # twice is speech, not yet a loop
+    assert not repeats_itself("Your number is 5 5 5 5 5 5")  # read-out digits are never a loop
+    assert not repeats_itself("Order 4217 was shipped on Friday, and it arrives on Wednesday.")
+    assert not repeats_itself("")

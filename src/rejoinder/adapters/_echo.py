@@ -9,6 +9,11 @@ spoken digits joined: "4, 2, 1, 7" = "4217"), sampling resumes from that point w
 end-of-generation tokens masked until the reply says something of its own ("Hello." → "Hello.
 I'm here to help …"). The model still writes every word; the rule is a decoding constraint, like
 a grammar. Used by :class:`._llama_engine.ChatEngine` (``no_echo``, default on).
+
+The same module holds the engine's other judgement of the words being written,
+:func:`repeats_itself`: greedy decoding of a small model can fall into a loop ("a haircut a
+haircut a haircut …" under a grounded-reply grammar, two held-out scenarios on 2026-12-02), and
+the reply is ended once a run of words has come three times in a row.
 """
 
 from __future__ import annotations
@@ -37,6 +42,21 @@ def is_echo(reply: str, caller: str) -> bool:
     if not r or not t:
         return False
     return any(t[i:i + len(r)] == r for i in range(len(t) - len(r) + 1))
+
+
+def repeats_itself(text: str, times: int = 3, longest: int = 8) -> bool:
+    """Whether ``text`` ends with a run of 1–``longest`` words said ``times`` times in a row,
+    the run holding a word with letters ("a haircut a haircut a haircut"; spoken digits alone
+    such as "5 5 5" never count: digits are joined, and a number is not a loop)."""
+    w = echo_words(text)
+    for k in range(1, longest + 1):
+        if k * times > len(w):
+            break
+        unit = w[-k:]
+        if any(not x.isdigit() for x in unit) and all(w[-k * (i + 1):len(w) - k * i] == unit
+                                                      for i in range(1, times)):
+            return True
+    return False
 
 
 def end_mask(banned: Sequence[int], echoing: Callable[[], bool]) -> Callable[[Any, Any], Any]:

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from ..errors import ConfigError
 from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
 from ._chatformat import ChatFormat, format_for
-from ._echo import end_mask, is_echo
+from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_grammar, reply_vocabulary
@@ -49,6 +49,7 @@ class RequestStats:
     generated: int = 0
     tool_calls: int = 0
     echo_resumed: int = 0  # times an echo of the caller was not let end (._echo)
+    loop_cut: int = 0  # 1 when the text reply was ended because it repeated itself (._echo)
 
 
 class ChatEngine:
@@ -403,6 +404,9 @@ class ChatEngine:
             if safe:
                 said += safe
                 yield safe
+                if repeats_itself(said):  # greedy decoding fell into a loop: end the reply here
+                    self.last_stats.loop_cut = 1
+                    return
             if hit in openers and opener == "call":  # an alternative opener: written canonically
                 head = self._tokens(prompt + said + call_open)
                 calls = self._calls(head, request, stop, True, False)
