@@ -183,8 +183,7 @@ class DemoCall:
             self.heard("I'm calling about an order.", "Sure, what is your order number?")
         elif kind == "appointments":
             _, step = await self.run_tool("list_appointments", {})
-            appts = (step.runs[0].result or {}).get("appointments", [])
-            said = "; ".join(f"a {a['service']} on {a['when']}" for a in appts) or "no appointments"
+            said = (step.runs[0].result or {}).get("appointments") or "no appointments"
             self.heard("What appointments do I have?", f"You have {said}.", [step])
         else:
             raise ValueError(f"unknown context {kind!r}")

@@ -8,7 +8,9 @@ calls (or none, for small talk). Requests are built by the runtime's own ``Conve
 the agent (instructions, tool schemas from the type hints, LLM settings; see
 ``_agent_requests.py``), so the model sees exactly what it sees in a call. Arguments are graded
 as the tools read them: order numbers by their digits, times by ``support.parse_time`` ("3 pm" =
-"15:00"), weekdays and services case-insensitively, an omitted optional argument as its default.
+"15:00"), weekdays and services case-insensitively (a service argument that names none of the
+salon's services, e.g. the tool's own name, as omitted: the tool then takes the caller's only
+appointment), an omitted optional argument as its default.
 
 Each design answers every item at temperature 0 through the LLM port. A design name is
 ``MODE[-EXAMPLES][-SCHEMAS]``: MODE ``lazy`` or ``eager`` (``LlamaLLM.tool_mode``); EXAMPLES
@@ -50,7 +52,7 @@ import time
 from dataclasses import dataclass, replace
 
 from _agent_requests import EXAMPLES, DemoCall, agent_for, make_llm, variant, warm
-from rejoinder.app.support import _digits, parse_time
+from rejoinder.app.support import SERVICES, _digits, parse_time
 from rejoinder.ports import LLMRequest, PortError, ToolCall, ToolDecision
 
 ANY_SERVICE = ("", "haircut")  # the demo caller has one appointment, a haircut
@@ -167,6 +169,8 @@ def _same(key: str, got, want) -> bool:
             return parse_time(got) == parse_time(want)
         except ValueError:
             return False
+    if key == "service" and not any(s in got.casefold() for s in SERVICES):
+        got = ""  # names no service: the tool reads it as omitted (support._pick)
     return got.strip().casefold() == want.strip().casefold()
 
 

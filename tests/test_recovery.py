@@ -248,7 +248,11 @@ async def test_tool_rounds_are_bounded_by_max_steps():
     stack.llm = Loops(clock, ["Done", "."])
     res, _, _ = await run(stack, clock)
     assert [r.tool_choice for r in stack.llm.requests] == ["auto", "auto", "none"]  # max_steps 3
-    assert len(res.turns[0].tools) == 2
+    # the same call in the second step is answered from the first run, not run again
+    assert len(res.turns[0].tools) == 1
+    second = stack.llm.requests[2].messages
+    assert [m.role for m in second[-4:]] == ["assistant", "tool", "assistant", "tool"]
+    assert second[-1].content == second[-3].content
     assert heard(res) == ["Done."]
 
 

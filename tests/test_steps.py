@@ -335,13 +335,16 @@ def test_yaml_agent_with_steps_builtins_and_examples(tmp_path):
 
     (tmp_path / "shop_tools.py").write_text(
         "def find(item: str) -> dict:\n    '''Find an item.\n\n    Args:\n        item: what.\n    '''\n"
-        "    return {'item': item}\n")
+        "    return {'item': item}\n"
+        "def drop(item: str) -> dict:\n    '''Drop an order.'''\n    return {'dropped': item}\n"
+        "def ask(item: str) -> str:\n    return f'shall I drop the {item}?'\n")
     (tmp_path / "agent.yaml").write_text(
         "name: shop\ninstructions: You sell things.\n"
         "tools:\n"
         "  - {function: shop_tools:find, reversible: true, examples: ['Do you have milk?']}\n"
         "  - {builtin: end_call}\n"
         "  - {builtin: transfer_to_human, options: {target: '+15550199'}}\n"
+        "  - {function: shop_tools:drop, confirm: shop_tools:ask}\n"
         "steps:\n"
         "  - {name: browse, tools: [find, transfer_to_human], next: {find: close}}\n"
         "  - {name: close, instructions: Say goodbye when done., tools: [find, end_call]}\n")
@@ -349,6 +352,8 @@ def test_yaml_agent_with_steps_builtins_and_examples(tmp_path):
     assert list(agent.steps) == ["browse", "close"] and agent.start == "browse"
     assert agent.tools["find"].examples == ("Do you have milk?",)
     assert agent.tools["end_call"].examples  # the built-in's calibration utterances
+    assert agent.tools["end_call"].not_on_question and not agent.tools["find"].not_on_question
+    assert agent.tools["drop"].confirm_fn is not None and agent.tools["find"].confirm_fn is None
     assert agent.steps["close"].tools == ("find", "end_call")
     assert agent.describe()["steps"][0]["next"] == {"find": "close"}
     (tmp_path / "bad.yaml").write_text(
@@ -358,3 +363,98 @@ def test_yaml_agent_with_steps_builtins_and_examples(tmp_path):
     (tmp_path / "bad2.yaml").write_text("instructions: x\ntools: [{builtin: dial_mars}]\n")
     with pytest.raises(ConfigError, match="no built-in tool 'dial_mars'"):
         load_agent_file(tmp_path / "bad2.yaml")
+
+
+def test_end_call_is_not_offered_in_reply_to_a_question():
+    from rejoinder.conversation import Conversation
+    from rejoinder.clock import RealClock
+    from rejoinder.ports import ChatMessage
+    from rejoinder.tools import CallContext
+
+    @tool
+    def lookup_order(order_id: str) -> dict:
+        """Look up an order."""
+        return {"order": order_id}
+
+    agent = Agent("You are a test agent.", tools=[lookup_order, end_call()])
+    conv = Conversation(agent, CallContext("q", None), Stamper("q", RealClock(), EventBus()))
+    asked = conv.request([ChatMessage("user", "Did my backpack ever arrive?")], final_step=False)
+    told = conv.request([ChatMessage("user", "That's all, bye.")], final_step=False)
+    assert asked.allowed_tools == ("lookup_order",) and asked.tool_choice == "auto"
+    assert [t.name for t in asked.tools] == ["lookup_order", "end_call"]  # still described
+    assert told.allowed_tools is None  # every tool
+
+
+async def test_a_tool_with_a_confirmation_runs_only_when_called_again_in_the_next_turn():
+    from rejoinder.conversation import CONFIRM_KEY, Conversation
+    from rejoinder.clock import RealClock
+    from rejoinder.tools import CallContext, ToolError
+    done: list[str] = []
+
+    def ask(ctx, item: str) -> str:
+        if item == "nothing":
+            raise ToolError("there is no such booking")
+        return f"shall I cancel the {item}?"
+
+    @tool(confirm=ask)
+    def cancel(item: str) -> dict:
+        """Cancel a booking."""
+        done.append(item)
+        return {"cancelled": item}
+
+    agent = Agent("You are a test agent.", tools=[cancel])
+    conv = Conversation(agent, CallContext("c", None), Stamper("c", RealClock(), EventBus()))
+    first = await conv.run_tool(1, ToolCall("a", "cancel", {"item": "haircut"}))
+    assert first.held and first.result == {CONFIRM_KEY: "shall I cancel the haircut?"}
+    assert done == [] and first.error is None
+    again = await conv.run_tool(1, ToolCall("b", "cancel", {"item": "haircut"}))  # same reply
+    assert again.held and done == []
+    yes = await conv.run_tool(2, ToolCall("c", "cancel", {"item": "haircut"}))  # the next turn
+    assert not yes.held and yes.result == {"cancelled": "haircut"} and done == ["haircut"]
+    # the ask is used up; an ask expires once the turn after it was answered otherwise; a
+    # failing question is an error
+    assert (await conv.run_tool(3, ToolCall("d", "cancel", {"item": "haircut"}))).held
+    conv.add_heard(3, "Cancel my haircut.", [], "Shall I cancel the haircut?")
+    conv.add_heard(4, "No, leave it.", [], "Okay, it stays.")
+    assert (await conv.run_tool(5, ToolCall("e", "cancel", {"item": "haircut"}))).held
+    conv.add_heard(6, "Never mind.", [], "Okay.")
+    bad = await conv.run_tool(12, ToolCall("f", "cancel", {"item": "nothing"}))
+    assert bad.error == "there is no such booking" and not bad.held and done == ["haircut"]
+
+
+def test_only_an_irreversible_tool_asks_for_confirmation():
+    with pytest.raises(ConfigError, match="confirm"):
+        @tool(reversible=True, confirm=lambda: "sure?")
+        def move(day: str) -> dict:
+            """Move it."""
+            return {}
+
+
+async def test_the_turn_after_a_confirmation_question_may_only_confirm_that_tool():
+    from rejoinder.conversation import Conversation
+    from rejoinder.clock import RealClock
+    from rejoinder.ports import ChatMessage
+    from rejoinder.tools import CallContext
+
+    @tool(confirm=lambda item: f"shall I cancel the {item}?")
+    def cancel(item: str) -> dict:
+        """Cancel a booking."""
+        return {"cancelled": item}
+
+    @tool(reversible=True)
+    def find(item: str) -> dict:
+        """Find a booking."""
+        return {"found": item}
+
+    agent = Agent("You are a test agent.", tools=[find, cancel])
+    conv = Conversation(agent, CallContext("k", None), Stamper("k", RealClock(), EventBus()))
+    before = conv.request([ChatMessage("user", "Cancel my haircut.")], final_step=False)
+    assert before.allowed_tools is None and before.confirming is None
+    assert (await conv.run_tool(1, ToolCall("a", "cancel", {"item": "haircut"}))).held
+    answer = conv.request([ChatMessage("user", "Yes, go ahead.")], final_step=False)
+    assert answer.allowed_tools == ("cancel",) and answer.confirming == "cancel"
+    assert answer.tool_choice == "auto"  # the caller may say no: then the agent talks
+    done = await conv.run_tool(2, ToolCall("b", "cancel", {"item": "haircut"}))
+    assert done.result == {"cancelled": "haircut"}
+    after = conv.request([ChatMessage("user", "Thanks.")], final_step=False)
+    assert after.allowed_tools is None and after.confirming is None

@@ -25,6 +25,7 @@ or in YAML (``rejoinder call caller.wav --agent my_agent.yaml``)::
       - my_tools:lookup_order                 # a @tool, or a plain function (irreversible)
       - {function: my_tools:move_booking, reversible: true, timeout_s: 2,
          compensate: my_tools:undo_move}
+      - {function: my_tools:cancel_booking, confirm: my_tools:ask_cancel}  # asks before it runs
     stt_vocabulary: [order number, haircut]
     llm: {temperature: 0, max_tokens: 60}
     on_call_start: my_tools:open_account      # hooks get the CallContext
@@ -214,14 +215,18 @@ class _ToolEntry(BaseModel):
     reversible: bool | None = None
     timeout_s: float | None = Field(None, gt=0)
     compensate: str | None = None
+    confirm: str | None = Field(None, description="module:function giving the yes/no question "
+                                "an irreversible tool asks before it runs")
     examples: list[str] | None = Field(None, description="caller utterances that should call it")
 
     @model_validator(mode="after")
     def _one_source(self) -> "_ToolEntry":
         if (self.function is None) == (self.builtin is None):
             raise ValueError("a tool entry needs exactly one of 'function' and 'builtin'")
-        if self.builtin is not None and (self.reversible is not None or self.compensate):
-            raise ValueError("a built-in tool's reversibility is fixed; drop reversible/compensate")
+        if self.builtin is not None and (self.reversible is not None or self.compensate
+                                         or self.confirm):
+            raise ValueError("a built-in tool's reversibility is fixed; drop "
+                             "reversible/compensate/confirm")
         return self
 
 
@@ -310,9 +315,11 @@ def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
     compensate = resolve(e.compensate, where) if e.compensate else (base.compensate_fn if base else None)
     timeout = e.timeout_s if e.timeout_s is not None else (base.timeout_s if base else 10.0)
     examples = e.examples if e.examples is not None else (base.examples if base else ())
+    confirm = resolve(e.confirm, where) if e.confirm else (base.confirm_fn if base else None)
     return Tool(fn, name=e.name or (base.name if base else None),
                 description=e.description or (base.description if base else None),
-                reversible=reversible, timeout_s=timeout, compensate=compensate, examples=examples)
+                reversible=reversible, timeout_s=timeout, compensate=compensate, examples=examples,
+                confirm=confirm, not_on_question=bool(base and base.not_on_question))
 
 
 def load_agent_file(path: str | Path) -> Agent:

@@ -45,12 +45,14 @@ def end_call(*, name: str = "end_call", say: str | None = None,
              examples: Iterable[str] = END_CALL_EXAMPLES) -> Tool:
     """A tool that ends the call after the goodbye has played. ``say``: a fixed goodbye the
     runtime says (None: the LLM writes it after the call; if it writes nothing, a default
-    goodbye is said). Returns a :class:`~rejoinder.tools.Tool`."""
+    goodbye is said). It is never offered in reply to a question ("…ever arrive?"): the embedded
+    gate once hung up on a caller's first question (``Tool.not_on_question``). Returns a
+    :class:`~rejoinder.tools.Tool`."""
     async def run() -> HangUp:
         return HangUp("end_call", say=say, result={"status": "the call ends after your goodbye"})
     run.__name__ = name
     return Tool(run, name=name, description=description, reversible=False, timeout_s=1.0,
-                examples=examples)
+                examples=examples, not_on_question=True)
 
 
 def transfer_to_human(target: str | None = None, *, name: str = "transfer_to_human",

@@ -42,6 +42,9 @@ from .tools import CallContext, ToolError, result_json
 # bracketed note: a small LLM copies such notes into its next replies (measured: SmolLM2-135M
 # said "cut off by the caller" in a fault sweep); a dash it may copy is only a pause when spoken
 CUT_MARK = "—"
+#: the key of a held call's result: the LLM reads "<tool> result: not done yet, ask the caller:
+#: <question>" and says the question (Tool.confirm)
+CONFIRM_KEY = "not done yet, ask the caller"
 
 
 @dataclass
@@ -55,6 +58,7 @@ class ToolRun:
     compensated: bool = False
     control: Any = None  # a GoTo / HandOff / HangUp / Transfer the tool returned
     repeated: bool = False  # answered from an earlier run of the same turn, not run again
+    held: bool = False  # not run: the caller is asked to confirm first (Tool.confirm)
 
     def message(self) -> ChatMessage:
         """The ``tool`` message given back to the LLM."""
@@ -90,6 +94,7 @@ class Conversation:
         self.st = st
         self.history: list[ChatMessage] = []
         self._ids = itertools.count(1)
+        self._asked: dict[str, int] = {}  # tool → the turn whose reply asked to confirm it
         self.heard_log: list[tuple[int, str]] = []  # (turn id, assistant text added as heard)
         self.position = Position.start(agent)
         self.on_end = None  # called with (turn id, HangUp | Transfer) when a reply ends the call
@@ -125,6 +130,11 @@ class Conversation:
         allowed = pos.allowed()
         step = pos.step
         note = (ChatMessage("system", step.instructions),) if step and step.instructions else ()
+        if pending and pending[0].role == "user" and pending[0].content.rstrip().endswith("?"):
+            allowed = _answerable(agent, allowed)
+        confirming = next((n for n in self._asked if allowed is None or n in allowed), None)
+        if confirming is not None and len(pending) == 1:
+            allowed = (confirming,)  # the caller answers the tool's question: yes (call) or not
         if final_step or not schemas or allowed == ():
             choice, allowed = "none", None
         elif step is not None and step.required and len(pending) == 1:
@@ -135,7 +145,8 @@ class Conversation:
             (ChatMessage("system", agent.instructions), *history, *note, *pending),
             max_tokens=agent.llm.max_tokens, temperature=agent.llm.temperature, tools=schemas,
             tool_choice=choice, cache_key=self.ctx.call_id, allowed_tools=allowed,
-            tool_threshold=agent.llm.tool_threshold, talk_examples=tuple(agent.llm.talk_examples))
+            tool_threshold=agent.llm.tool_threshold, talk_examples=tuple(agent.llm.talk_examples),
+            confirming=confirming if allowed == (confirming,) and choice == "auto" else None)
 
     def commit(self, turn_id: int, moves: list[tuple[Position, str, str]], ending: Any = None) -> None:
         """Make a reply's moves the conversation's (``(position, reason, tool)`` each, in order;
@@ -149,6 +160,13 @@ class Conversation:
                                      {"previous_agent": prev.agent.name} if reason == "handoff" else {}))
         if ending is not None and self.on_end is not None:
             self.on_end(turn_id, ending)
+
+    def _confirmed(self, name: str, turn_id: int) -> bool:
+        """Whether the caller was asked to confirm ``name`` in an earlier reply whose answer is
+        this turn (the ask is used up either way; :meth:`add_heard` drops it once the turn
+        after the question has been answered)."""
+        asked = self._asked.pop(name, None)
+        return asked is not None and asked < turn_id
 
     def new_call_id(self) -> str:
         return f"call_{next(self._ids)}"
@@ -177,7 +195,12 @@ class Conversation:
             if allowed is not None and call.name not in allowed:  # a backend that ignored it
                 raise ToolError(f"{call.name} cannot be used now; the tools for this part of the "
                                 f"call are {', '.join(allowed) or 'none'}")
-            run.result = await tool.run(self.ctx, call.arguments, clock=self.st.clock)
+            if tool.confirm_fn is not None and not self._confirmed(call.name, turn_id):
+                run.result = {CONFIRM_KEY: await tool.question(self.ctx, call.arguments)}
+                run.held = True
+                self._asked[call.name] = turn_id
+            else:
+                run.result = await tool.run(self.ctx, call.arguments, clock=self.st.clock)
             if isinstance(run.result, CONTROLS):
                 run.control, run.result = self._control(agent, run.result), run.result.result
         except ToolError as exc:
@@ -185,7 +208,8 @@ class Conversation:
         except TimeoutError:
             run.error = f"{call.name} timed out after {tool.timeout_s:g} s"  # type: ignore[union-attr]
         finally:
-            self.st.stamp("tool_end", turn_id, name=call.name, error=run.error)
+            self.st.stamp("tool_end", turn_id, name=call.name, error=run.error,
+                          **({"held": True} if run.held else {}))
         self.st.emit(ToolCallEvent(call.name, args, reversible, self.st.now(),
                                    self.st.call_id, turn_id, result=run.result, error=run.error))
         return run
@@ -234,6 +258,8 @@ class Conversation:
         each heard word; without it they are distributed over the steps in order. ``cut``: the
         caller cut the reply off; its last heard text is marked with :data:`CUT_MARK` so the
         LLM knows it stopped there (the marker is not counted as heard in :attr:`heard_log`)."""
+        # a confirmation question is answered in the next turn only
+        self._asked = {n: t for n, t in self._asked.items() if t >= turn_id}
         msgs: list[ChatMessage] = []
         if user_text:
             msgs.append(ChatMessage("user", user_text))
@@ -329,3 +355,11 @@ async def undo_runs(conv: Conversation, turn_id: int, runs: list[ToolRun]) -> No
         for run in reversed(runs):
             await conv.compensate(turn_id, run)
     await asyncio.shield(undo())
+
+
+def _answerable(agent: Agent, allowed: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """``allowed`` (None: every tool) without the tools not offered after a question
+    (:attr:`rejoinder.tools.Tool.not_on_question`)."""
+    names = allowed if allowed is not None else tuple(agent.tools)
+    kept = tuple(n for n in names if not getattr(agent.tools.get(n), "not_on_question", False))
+    return allowed if len(kept) == len(names) else kept

@@ -131,7 +131,9 @@ class ToolCallEvent:
 class SpeakableText:
     """A chunk handed to TTS: ``text`` as written, ``spoken`` after normalisation. ``source`` is
     who wrote it: ``"llm"``, or words the runtime said on its own (``"greeting"``, ``"filler"``,
-    ``"recovery"``, ``"idle"``) — declared policies, so the timeline can tell them apart."""
+    ``"recovery"``, ``"idle"``, ``"goodbye"``, ``"transfer"``, ``"confirm"``: an irreversible
+    tool's own question, :attr:`rejoinder.tools.Tool.confirm_fn`) — declared policies, so the
+    timeline can tell them apart."""
 
     text: str
     spoken: str

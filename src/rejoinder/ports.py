@@ -118,7 +118,9 @@ class ToolDecision:
     compared with; ``source``: where the threshold came from (``"request"``, ``"model"``,
     ``"default"``); ``which``: what picked the tool once a call was decided (``"labels"``: the
     best-scoring label; ``"examples"``: the nearest tool example,
-    :mod:`rejoinder.adapters._which`), with ``similarity`` (cosine, per tool) for the latter."""
+    :mod:`rejoinder.adapters._which`), with ``similarity`` (cosine, per tool) for the latter;
+    ``"grounding"``: the best label's tool needs an argument the caller did not say (an order
+    number), so the best-scoring tool that does not, or none: the agent talks)."""
 
     chosen: str | None
     scores: dict[str, float]
@@ -205,6 +207,9 @@ class LLMRequest:
     describes every tool, only the call is held to these names (a conversation step's tools;
     on the 38 tool-choice items, required calls over one step's tools raised SmolLM2-135M's right
     tool from 65 to 77 %, while listing only those tools in the prompt lowered it: issue 16).
+    ``confirming`` names the irreversible tool whose question the caller is answering
+    (:attr:`rejoinder.tools.Tool.confirm_fn`): a yes/no turn, so a scoring backend decides it
+    by its talk-or-call margin alone.
     Raises ``ValueError`` for a name not among ``tools``."""
 
     messages: tuple[ChatMessage, ...]
@@ -219,6 +224,7 @@ class LLMRequest:
     tool_threshold: float | None = None
     talk_examples: tuple[str, ...] = ()
     allowed_tools: tuple[str, ...] | None = None
+    confirming: str | None = None
 
     def __post_init__(self) -> None:
         if self.allowed_tools is not None:

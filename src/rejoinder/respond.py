@@ -27,7 +27,7 @@ import asyncio
 from dataclasses import replace
 from typing import Callable
 
-from .conversation import Conversation, Step, ToolRun
+from .conversation import CONFIRM_KEY, Conversation, Step, ToolRun
 from .events import LlmToken, Recovery
 from .agent import load_agent
 from .flow import HangUp, Transfer, move
@@ -110,6 +110,7 @@ class Draft:
         self._moves: list = []
         self.ending: HangUp | Transfer | None = None
         self._ending_at = 0
+        self._asked = ""  # a held irreversible call's question, said by the runtime
         self._ending_sent = False
 
     @property
@@ -196,6 +197,11 @@ class Draft:
         for k in range(max_steps):
             if self.ending is not None and self.ending.say:
                 break  # the runtime says the goodbye itself
+            if self._asked:  # an irreversible tool's own question (Tool.confirm), said as written
+                if any(s.text for s in self.steps):
+                    self._put(Say(" "))
+                self._put(Say(self._asked, "confirm"))
+                break
             step = Step()
             self.steps.append(step)
             if k and any(s.text for s in self.steps[:-1]):
@@ -211,13 +217,19 @@ class Draft:
             for call, tool in zip(calls, tools):
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
-                    done = next((r for r in self.prior if r.call.name == call.name
-                                 and dict(r.call.arguments) == dict(call.arguments)), None)
-                    if done is not None:  # it already ran in this turn: never do it twice
-                        run = ToolRun(call, done.result, done.error, repeated=True)
-                        step.runs.append(run)
-                        pending.append(run.message())
-                        continue
+                # the same call again in this turn is answered from the earlier run, never run
+                # twice: an irreversible one a dropped draft ran, or any one an earlier step of
+                # this reply ran (a small model repeats its call after the result)
+                earlier = [*(self.prior if not (tool and tool.reversible) else ()),
+                           *(r for s in self.steps for r in s.runs)]
+                done = next((r for r in earlier if r.call.name == call.name and not r.held
+                             and not r.compensated
+                             and dict(r.call.arguments) == dict(call.arguments)), None)
+                if done is not None:
+                    run = ToolRun(call, done.result, done.error, repeated=True)
+                    step.runs.append(run)
+                    pending.append(run.message())
+                    continue
                 if tool is not None and tool.background and not self.tentative:
                     run = ToolRun(call, BACKGROUND_STARTED)  # the reply does not wait for it
                     step.runs.append(run)
@@ -239,13 +251,17 @@ class Draft:
                     tool.observe(self.conv.st.now() - t0)
                 pending.append(run.message())
                 self._after_run(run)
+                if run.held:
+                    q = str(run.result.get(CONFIRM_KEY, "")).strip()
+                    self._asked = q[:1].upper() + q[1:]
         if self.ending is not None:
             if self.ending.say or not any(s.text.strip() for s in self.steps[self._ending_at:]):
                 source = "goodbye" if isinstance(self.ending, HangUp) else "transfer"
                 if any(s.text for s in self.steps):
                     self._put(Say(" "))
                 self._put(Say(self.ending.say or self.ending.fallback, source))
-        elif not any(s.text.strip() for s in self.steps) and self.policy.recovery_line:
+        elif (not any(s.text.strip() for s in self.steps) and not self._asked
+              and self.policy.recovery_line):
             self._recovered("recovery_line", "the LLM wrote nothing to say")
             self._put(Say(RECOVERY_LINE, "recovery"))
 

@@ -290,6 +290,8 @@ class Timeline:
                         t["end_ms"] = b.t_ms
                         if b.data.get("error"):
                             t["error"] = b.data["error"]
+                        if b.data.get("held"):
+                            t["held"] = True  # not run: the caller was asked to confirm
                         break
         elif b.name in ("tts_request", "tts_first_audio", "tts_end"):
             idx = int(b.data.get("chunk", 0))

@@ -117,10 +117,20 @@ class Tool:
                  timeout_s: float | None = 10.0,
                  compensate: Callable[..., Any] | None = None,
                  examples: Iterable[str] = (), background: bool = False,
-                 latency_ms: float | None = None) -> None:
+                 latency_ms: float | None = None, not_on_question: bool = False,
+                 confirm: Callable[..., Any] | None = None) -> None:
         """``latency_ms``: how long one run is expected to take (ms), when known; else the
         median of its last runs in this process (:meth:`expected_ms`). A runtime filler
-        (:class:`rejoinder.reply.FillerPolicy`) is said only when this wait is long."""
+        (:class:`rejoinder.reply.FillerPolicy`) is said only when this wait is long.
+        ``not_on_question``: the tool is not offered (``LLMRequest.allowed_tools``) for a reply
+        to a caller's message that ends with a question mark (``end_call``: a caller who asks
+        something wants an answer, not a hang-up).
+        ``confirm(ctx, **args) -> str``: for an irreversible tool, the yes/no question the
+        caller must answer first ("Shall I cancel your haircut on Tuesday at 10 AM?"). The
+        first call does not run the tool: the LLM is given the question as the call's result
+        and says it; the tool runs when the LLM calls it again in the caller's next turn
+        (:meth:`rejoinder.conversation.Conversation.run_tool`). The question may raise
+        :class:`ToolError` (e.g. "which appointment?"), which the LLM reads as usual."""
         if not callable(fn):
             raise ConfigError(f"tool {fn!r} is not callable")
         self.fn = fn
@@ -129,12 +139,17 @@ class Tool:
         self.background = bool(background)
         self.timeout_s = timeout_s
         self.latency_ms = latency_ms
+        self.not_on_question = bool(not_on_question)
         self._observed: list[float] = []  # the last runs' durations (ms, call clock)
         if compensate is not None and not callable(compensate):
             raise ConfigError(f"tool {self.name!r}: compensate must be callable")
         if compensate is not None and not reversible:
             raise ConfigError(f"tool {self.name!r}: only a reversible tool can be compensated")
         self.compensate_fn = compensate
+        if confirm is not None and (not callable(confirm) or reversible):
+            raise ConfigError(f"tool {self.name!r}: confirm must be callable, and only an "
+                              "irreversible tool asks for confirmation")
+        self.confirm_fn = confirm
         if isinstance(examples, str) or not all(isinstance(e, str) and e.strip() for e in examples):
             raise ConfigError(f"tool {self.name!r}: examples are a list of caller utterances "
                               "(non-empty strings)")
@@ -230,6 +245,24 @@ class Tool:
         except Exception as exc:  # the LLM hears about any failure; the call goes on
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
+    async def question(self, ctx: CallContext, arguments: dict[str, Any]) -> str:
+        """The confirmation question for ``arguments`` (see ``confirm``).
+
+        Raises:
+            ToolError: invalid arguments, no ``confirm``, or the question raised.
+        """
+        if self.confirm_fn is None:
+            raise ToolError(f"tool {self.name!r} asks no confirmation")
+        kwargs = self.parse(arguments)
+        if "ctx" in inspect.signature(self.confirm_fn).parameters:
+            kwargs["ctx"] = ctx
+        try:
+            return str(await self._invoke(self.confirm_fn, kwargs))
+        except ToolError:
+            raise
+        except Exception as exc:  # the LLM hears about any failure; the call goes on
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
     async def compensate(self, ctx: CallContext, arguments: dict[str, Any], result: Any) -> None:
         """Undo a run that returned ``result`` (reversible tools only; no-op without a
         compensate function, i.e. a read-only tool).
@@ -248,7 +281,7 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
          timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
          examples: Iterable[str] = (), background: bool = False,
-         latency_ms: float | None = None) -> Any:
+         latency_ms: float | None = None, confirm: Callable[..., Any] | None = None) -> Any:
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``;
     ``latency_ms`` declares how long a run is expected to take (see :class:`Tool`).
 
@@ -257,12 +290,13 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     :attr:`Tool.examples`, a tuple of str): the embedded LLM's tool-decision gate is calibrated
     on them. ``background``: a slow tool the reply does not wait for — the LLM is told it has
     started, the reply goes on, and when it finishes its result enters the context and the agent
-    follows up on its own as soon as the line is free. Returns a :class:`Tool`.
+    follows up on its own as soon as the line is free. ``confirm``: the question an
+    irreversible tool asks before it runs (see :class:`Tool`). Returns a :class:`Tool`.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
                     timeout_s=timeout_s, compensate=compensate, examples=examples,
-                    background=background, latency_ms=latency_ms)
+                    background=background, latency_ms=latency_ms, confirm=confirm)
     return wrap(fn) if fn is not None else wrap
 
 

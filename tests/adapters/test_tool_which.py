@@ -87,16 +87,22 @@ def _request(say: str) -> LLMRequest:
 def test_a_request_for_a_person_is_a_transfer_by_its_examples_not_by_the_labels(llama_llm, say):
     engine = llama_llm.engine
     req = _request(say)
-    embed = engine.embed
+    embed, ground = engine.embed, engine.ground_arguments
     try:
+        engine.ground_arguments = False  # every tool a candidate, whatever the caller said
         engine.embed = None
         by_labels = engine.decide(req)
         engine.embed = llama_llm._embed
         by_examples = engine.decide(req)
+        engine.ground_arguments, engine.embed = True, None
+        grounded_labels = engine.decide(req)
     finally:
-        engine.embed = embed
+        engine.embed, engine.ground_arguments = embed, ground
     assert by_labels.which == "labels" and by_labels.similarity is None
     assert by_labels.chosen not in (None, "transfer_to_human")  # SmolLM2's labels: reschedule
+    # without the tools whose required arguments the caller did not say (an order number, a
+    # time), the labels pick the transfer too
+    assert grounded_labels.chosen == "transfer_to_human" and grounded_labels.which == "grounding"
     assert by_examples.which == "examples" and by_examples.chosen == "transfer_to_human"
     assert by_examples.margin == pytest.approx(by_labels.margin)  # whether: the same gate
     assert max(by_examples.similarity, key=by_examples.similarity.get) == "transfer_to_human"

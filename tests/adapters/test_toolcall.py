@@ -208,3 +208,24 @@ def test_choice_grammar_allows_exactly_the_spans():
     gbnf = choice_grammar(["4, 2, 1, 7", "4217"], ",", lead=" ")
     assert gbnf == 'root ::= " " ("\\"4, 2, 1, 7\\"" | "\\"4217\\"") ","\n'
     LlamaGrammar.from_string(gbnf, verbose=False)  # llama.cpp parses it
+
+
+def test_enum_values_the_caller_said_are_grounded_in_order_of_appearance():
+    from rejoinder.adapters._toolcall import grounded_values
+    day = {"type": "string", "enum": ["Monday", "Tuesday", "Wednesday"]}
+    assert grounded_values(day, "Monday at 2. Sorry, I mean tuesday.") == ["Monday", "Tuesday"]
+    assert grounded_values(day, "Mondays are busy") == []  # whole words only
+    assert grounded_values({"type": "string", "enum": ["", "cut"]}, "a haircut") == []
+
+
+def test_an_optional_groundable_property_is_written_only_when_the_caller_said_it():
+    from rejoinder.adapters._toolcall import object_plan
+    schema = {"type": "object", "additionalProperties": False, "required": ["day"],
+              "properties": {"day": {"type": "string", "enum": ["Monday", "Friday"]},
+                             "service": {"type": "string", "enum": ["haircut", "consultation"],
+                                         "default": ""}}}
+    assert object_plan(schema) is None  # without the caller's words: sample the whole object
+    assert [k for k, _ in object_plan(schema, "Move it to Friday")] == ["day"]
+    assert [k for k, _ in object_plan(schema, "Move my haircut to Friday")] == ["day", "service"]
+    free = {**schema, "properties": {**schema["properties"], "note": {"type": "string"}}}
+    assert object_plan(free, "Move my haircut to Friday") is None  # free text: the model decides

@@ -34,11 +34,12 @@ async def run(ctx, name, **args):
 async def test_lookup_order_of_the_caller(call):
     ctx = call(MARIA)
     out = await run(ctx, "lookup_order", order_id="4217")
-    assert out == {"order_id": "4217", "item": "wireless headphones", "status": "shipped",
-                   "shipped_on": "Friday, December 4", "expected_arrival": "Wednesday, December 9"}
-    assert (await run(ctx, "lookup_order", order_id="four two one seven"))["order_id"] == "4217"
-    assert (await run(ctx, "lookup_order", order_id="#5031"))["status"] == "processing"
-    assert (await run(ctx, "lookup_order", order_id=4217))["order_id"] == "4217"  # a JSON number
+    assert out == {"order 4217": "the wireless headphones of order 4217 shipped on Friday, "
+                                 "December 4 and should arrive Wednesday, December 9"}
+    assert list(await run(ctx, "lookup_order", order_id="four two one seven")) == ["order 4217"]
+    assert (await run(ctx, "lookup_order", order_id="#5031"))["order 5031"] == (
+        "the phone case of order 5031 is still processing and should arrive Monday, December 14")
+    assert list(await run(ctx, "lookup_order", order_id=4217)) == ["order 4217"]  # a JSON number
     with pytest.raises(ToolError, match="invalid argument 'order_id'"):  # not 4 digits
         await run(ctx, "lookup_order", order_id="42170")
 
@@ -64,9 +65,7 @@ async def test_unknown_caller_gets_nothing(call):
 async def test_list_appointments_and_greeting(call):
     ctx = call(AISHA)
     out = await run(ctx, "list_appointments")
-    assert out == {"appointments": [
-        {"appointment_id": 106, "service": "consultation", "when": "Thursday at 10 AM"},
-        {"appointment_id": 103, "service": "haircut", "when": "Friday at 2 PM"}]}
+    assert out == {"appointments": "a consultation on Thursday at 10 AM and a haircut on Friday at 2 PM"}
     assert support.greeting(ctx).startswith("Hi Aisha, thanks for calling")
 
 
@@ -76,8 +75,7 @@ async def test_reschedule_is_reversible_and_compensated(call):
     assert tool.reversible
     args = {"day": "Thursday", "time": "afternoon"}
     out = await tool.run(ctx, args)
-    assert out == {"appointment_id": 101, "service": "haircut", "moved_from": "Tuesday at 10 AM",
-                   "moved_to": "Thursday at 2 PM"}
+    assert out == {"moved": "the haircut is moved from Tuesday at 10 AM to Thursday at 2 PM"}
     assert support.final_state(ctx)["appointments"]["101"]["slot"] == "2026-12-10T14:00"
     await tool.compensate(ctx, args, out)
     assert support.final_state(ctx)["appointments"]["101"]["slot"] == "2026-12-08T10:00"
@@ -93,10 +91,10 @@ async def test_reschedule_rules(call):
         await run(ctx, "reschedule_appointment", day="Friday", time="11 am", service="haircut")
     with pytest.raises(ToolError, match="invalid argument 'day'"):
         await run(ctx, "reschedule_appointment", day="someday", time="11:00", service="haircut")
-    with pytest.raises(ToolError, match="weekday and a time"):
+    with pytest.raises(ToolError, match="invalid argument 'time'.*cannot read the time 'soon'"):
         await run(ctx, "reschedule_appointment", day="Monday", time="soon", service="haircut")
     out = await run(ctx, "reschedule_appointment", day="monday", time="3:30 pm", service="Haircut")
-    assert out["moved_to"] == "Monday at 3:30 PM"
+    assert out["moved"].endswith("to Monday at 3:30 PM")
 
 
 async def test_cancel_is_irreversible_and_only_touches_the_callers_own(call):
@@ -107,7 +105,9 @@ async def test_cancel_is_irreversible_and_only_touches_the_callers_own(call):
         await tool.run(ctx, {"service": "consultation"})
     state = support.final_state(ctx)["appointments"]
     assert state["102"]["status"] == "booked" and state["101"]["status"] == "booked"
-    assert await tool.run(ctx, {}) == {"cancelled": "haircut", "was_on": "Tuesday at 10 AM"}
+    with pytest.raises(ToolError, match="which appointment"):  # a service she does not have
+        await tool.run(ctx, {"service": "the consultation"})
+    assert await tool.run(ctx, {}) == {"cancelled": "your haircut on Tuesday at 10 AM is cancelled"}
     assert support.final_state(ctx)["appointments"]["101"]["status"] == "cancelled"
     with pytest.raises(ToolError, match="irreversible"):
         await tool.compensate(ctx, {}, {})
@@ -116,7 +116,10 @@ async def test_cancel_is_irreversible_and_only_touches_the_callers_own(call):
 @pytest.mark.parametrize("text,hm", [("15:00", (15, 0)), ("3 pm", (15, 0)), ("3:30 PM", (15, 30)),
                                      ("3", (15, 0)), ("10", (10, 0)), ("9 a.m.", (9, 0)),
                                      ("12 pm", (12, 0)), ("afternoon", (14, 0)),
-                                     ("Thursday morning", (10, 0))])
+                                     ("Thursday morning", (10, 0)), ("Tuesday at 10 AM", (10, 0)),
+                                     ("4 in the afternoon", (16, 0)), ("two", (14, 0)),
+                                     ("9 in the morning", (9, 0)), ("2pm", (14, 0)),
+                                     ("Monday at 2. Sorry, I mean Tuesday at 3", (15, 0))])
 def test_parse_time(text, hm):
     assert support.parse_time(text) == hm
 
@@ -157,7 +160,13 @@ def test_the_tools_the_llm_sees():
     assert move["required"] == ["day", "time"]
     assert move["properties"]["day"]["enum"] == ["Monday", "Tuesday", "Wednesday", "Thursday",
                                                  "Friday", "Saturday", "Sunday"]
-    assert move["properties"]["time"]["type"] == "string" and "pattern" not in move["properties"]["time"]
+    # the time and the service can be grounded in the caller's words: a pattern, an enum
+    assert move["properties"]["time"]["pattern"] == support.TIME_PATTERN
+    assert move["properties"]["service"]["enum"] == ["haircut", "consultation", ""]
+    assert [support.reschedule_appointment.parse({"day": "monday", "time": t})["time"]
+            for t in ("3 pm", "Tuesday at 3 PM", "15:00", "three", "3 in the afternoon")] == ["15:00"] * 5
+    assert support.reschedule_appointment.parse(
+        {"day": "Monday", "time": "3", "service": "the Haircut, 2pm"})["service"] == "haircut"
     # no tool takes the caller's identity: it comes from the runtime
     for s in schemas.values():
         assert not {"phone", "customer_phone", "ctx", "customer_id"} & set(s.parameters["properties"])
@@ -166,15 +175,40 @@ def test_the_tools_the_llm_sees():
     assert appointments_of  # the database module is the one the tools use
 
 
-def test_steps_guard_the_irreversible_cancel():
-    """Cancelling is callable only once the caller's appointments were listed (in the same reply
-    or earlier); every other tool is callable from the start."""
+def test_steps_move_on_a_listing_and_cancelling_asks_first():
+    """Every tool is callable from the start (cancelling asks first, ``confirm``); listing the
+    appointments moves the call to the step whose instructions cover changing one."""
     from rejoinder.flow import Position, move
 
     start = Position.start(support.agent)
-    assert start.label() == "main" and "cancel_appointment" not in start.allowed()
-    assert {"lookup_order", "reschedule_appointment", "transfer_to_human", "end_call"} <= set(start.allowed())
+    assert start.label() == "main" and set(start.allowed()) == set(support.agent.tools)
+    assert support.agent.tools["cancel_appointment"].confirm_fn is not None
     pos, reason = move(start, None, "list_appointments", True)
-    assert (pos.label(), reason) == ("appointments", "next") and "cancel_appointment" in pos.allowed()
+    assert (pos.label(), reason) == ("appointments", "next") and "cancel" in pos.step.instructions
     assert move(start, None, "list_appointments", False) is None  # a failed listing moves nothing
     assert move(start, None, "lookup_order", True) is None
+
+
+async def test_the_only_appointment_is_used_when_the_service_argument_names_none(call):
+    ctx = call(MARIA)  # one appointment: a haircut on Tuesday at 10 AM
+    out = await run(ctx, "reschedule_appointment", day="Wednesday", time="Thursday at 11 AM",
+                    service="2pm")  # an LLM's misplaced words: no service named
+    assert out == {"moved": "the haircut is moved from Tuesday at 10 AM to Wednesday at 11 AM"}
+    assert (await run(ctx, "cancel_appointment", service="the haircut")) == {
+        "cancelled": "your haircut on Wednesday at 11 AM is cancelled"}
+
+
+async def test_order_sentences_for_every_status(call):
+    ctx = call(JAMES)
+    assert await run(ctx, "lookup_order", order_id="3388") == {
+        "order 3388": "the coffee grinder of order 3388 was delivered on Thursday, December 3"}
+    assert await run(ctx, "lookup_order", order_id="6120") == {
+        "order 6120": "the desk lamp of order 6120 was cancelled"}
+    assert support.appointments_phrase([]) == "none booked"
+
+
+async def test_cancelling_asks_the_caller_first(call):
+    tool = support.agent.tools["cancel_appointment"]
+    assert await tool.question(call(MARIA), {}) == "shall I cancel your haircut on Tuesday at 10 AM?"
+    with pytest.raises(ToolError, match="which appointment"):  # Aisha has two
+        await tool.question(call(AISHA), {})

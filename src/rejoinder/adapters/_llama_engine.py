@@ -345,15 +345,15 @@ class ChatEngine:
         # space-and-quote token it knows (` "`) instead of continuing an unusual lone space
         text += f'{name}", "{fmt.args_key}":'
         schema = next(t for t in tools if t.name == name).parameters
-        plan = object_plan(schema)
-        if plan is None:  # optional or extra properties: sample the whole object
+        said = self._caller_said(request) if self.ground_arguments else ""
+        plan = object_plan(schema, said if self.ground_arguments else None)
+        if plan is None:  # free-text optional or extra properties: sample the whole object
             out = sample(text, value_grammar(schema, "}", lead=" "),
                          lambda o: json_complete(o, "}"))
             if out is None:
                 return None
             return text + out + fmt.call_tail
         text += " {"
-        said = self._caller_said(request) if self.ground_arguments else ""
         for i, (key, sub) in enumerate(plan):
             text += (" " if i else "") + json.dumps(key) + ":"
             sep = "," if i < len(plan) - 1 else "}"
@@ -440,20 +440,47 @@ class ChatEngine:
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
         conversation out first (``LlamaLLM`` does, under the gate's own cache key)."""
         gate = self.gate_for(request.tools, request.talk_examples)
+        # the margin is over the step's tools, as calibrated; the call goes to one whose
+        # required arguments the caller said (none of them: talk, and so ask for them)
         scores = gate.score(self._llm, request.messages, request.allowed_tools)
+        groundable = self._groundable(request)
+        cands = [n for n in scores.tools if groundable is None or n in groundable]
         if request.tool_threshold is not None:
             threshold, source = request.tool_threshold, "request"
         else:
             threshold, source = self.tool_threshold, self.threshold_source
         chosen, which, sims = scores.chosen(threshold), "labels", None
+        if chosen is not None and chosen not in cands:
+            chosen = max(cands, key=scores.tools.__getitem__) if cands else None
+            which = "grounding"
         matcher = self.matcher_for(request.tools, request.talk_examples)
-        if chosen is not None and matcher is not None and matcher.covers(list(scores.tools)):
-            picked, sims = matcher.choose(self._caller_said(request), list(scores.tools),
-                                          talk=self.talk_veto)
+        if request.confirming is not None:
+            matcher = None  # a yes/no answer to the tool's question: the margin alone decides
+        if chosen is not None and matcher is not None and matcher.covers(cands):
+            picked, sims = matcher.choose(self._caller_said(request), cands, talk=self.talk_veto)
             # None with the talk similarity: a small-talk example lies nearest, so no call
             chosen, which = (None if TALK in sims and picked is None else picked or chosen), "examples"
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims)
+
+    def _groundable(self, request: LLMRequest) -> tuple[str, ...] | None:
+        """The request's callable tools (None: all of them) without those that have a required
+        argument with a ``pattern`` the caller's last message holds no span of
+        (``ground_arguments``):
+        called anyway, a small model invents the value (SmolLM2-135M wrote order "1234" for "I
+        need to cancel my consultation"), so the agent should ask for it instead."""
+        if not self.ground_arguments:
+            return request.allowed_tools
+        said = self._caller_said(request)
+        keep = []
+        for t in request.callable_tools():
+            props = (t.parameters or {}).get("properties") or {}
+            need = [props.get(k) or {} for k in (t.parameters or {}).get("required") or ()]
+            if all(not p.get("pattern") or grounded_values(p, said) for p in need):
+                keep.append(t.name)
+        if len(keep) == len(request.callable_tools()):
+            return request.allowed_tools
+        return tuple(keep)
 
     def matcher_for(self, tools: tuple[ToolSchema, ...],
                     talk_examples: tuple[str, ...] = ()) -> ExampleMatcher | None:

@@ -262,7 +262,19 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
     Used to *ground* such an argument: a small model asked to write an order number the caller
     read out writes a number it has seen more often (SmolLM2-135M wrote ``1234`` and ``4234`` for
     ``4, 2, 1, 7``); choosing among the caller's own spans, it copies (issue 16). Digits read
-    as words count as digits ("four two one seven" offers ``4 2 1 7``)."""
+    as words count as digits ("four two one seven" offers ``4 2 1 7``).
+
+    A string argument with an ``enum`` is grounded the same way: its values that the caller
+    said as whole words (case-insensitive), in order of appearance ("Monday at 2, sorry, I mean
+    Tuesday" offers ``Monday``, ``Tuesday`` for a weekday enum)."""
+    if schema.get("type", "string") == "string" and schema.get("enum") and text:
+        found = []
+        for v in schema["enum"]:
+            if isinstance(v, str) and v.strip():
+                m = re.search(rf"(?<!\w){re.escape(v)}(?!\w)", text, re.IGNORECASE)
+                if m:
+                    found.append((m.start(), v))
+        return [v for _, v in sorted(found)]
     pattern = schema.get("pattern") if schema.get("type") == "string" else None
     if not pattern or not text:
         return []
@@ -303,18 +315,37 @@ def names_grammar(names: Sequence[str]) -> str:
 DECIDE_GRAMMAR = 'root ::= "]" | "\\n"? "{\\"name\\": \\""\n'
 
 
-def object_plan(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]] | None:
-    """``[(key, subschema), …]`` when ``schema`` is an object whose properties are all required
-    and which allows no others (its JSON can then be written key by key, the keys forced and
-    only the values sampled); None otherwise."""
+def object_plan(schema: dict[str, Any], said: str | None = None
+                ) -> list[tuple[str, dict[str, Any]]] | None:
+    """``[(key, subschema), …]`` when ``schema`` is an object that allows no other properties
+    and whose JSON can be written key by key (the keys forced, only the values sampled); None
+    otherwise.
+
+    Every property must be required, unless ``said`` (the caller's words) is given: then an
+    optional property that can be grounded (a ``pattern`` or an ``enum``, :func:`grounded_values`)
+    is written only when the caller said a value it accepts, and left out (its default)
+    otherwise. An optional property that cannot be grounded (free text) still gives None: the
+    whole object is then sampled, so the model may write it or not."""
     s = _strict(schema)
     props = s.get("properties") or {}
     if s.get("type", "object") != "object" or s.get("additionalProperties") is not False:
         return None
-    if set(s.get("required") or ()) != set(props) or any(k in s for k in ("anyOf", "oneOf",
-                                                                          "allOf", "$ref")):
+    if any(k in s for k in ("anyOf", "oneOf", "allOf", "$ref")):
         return None
-    return list(props.items())
+    required = set(s.get("required") or ())
+    if required == set(props):
+        return list(props.items())
+    if said is None:
+        return None
+    plan = []
+    for key, sub in props.items():
+        if key in required:
+            plan.append((key, sub))
+        elif not (sub.get("pattern") or sub.get("enum")):
+            return None
+        elif grounded_values(sub, said):
+            plan.append((key, sub))
+    return plan
 
 
 def json_complete(text: str, sep: str) -> bool:

@@ -154,17 +154,18 @@ class LlamaLLM:
         self._lock = threading.Lock()
 
     def _embed(self, text: str) -> list[float]:
-        """Mean-pooled sentence embedding of ``text`` by the same GGUF (blocking; the second
+        """Last-token sentence embedding of ``text`` by the same GGUF (PromptEOL, see
+        :mod:`._which`, which fills in the template; blocking; the second
         context is opened on first use: weights are memory-mapped, so the file's pages are
         shared with the chat context)."""
         if self._embedder is None:
-            from llama_cpp import LLAMA_POOLING_TYPE_MEAN, Llama
+            from llama_cpp import LLAMA_POOLING_TYPE_LAST, Llama
             from llama_cpp._utils import suppress_stdout_stderr
 
             with suppress_stdout_stderr(disable=False):  # llama.cpp notes the pooling override
                 self._embedder = Llama(model_path=str(self.model_path), n_ctx=512, n_batch=512,
                                        n_threads=self._n_threads, embedding=True,
-                                       pooling_type=LLAMA_POOLING_TYPE_MEAN, verbose=False)
+                                       pooling_type=LLAMA_POOLING_TYPE_LAST, verbose=False)
         return self._embedder.embed(text, truncate=True)
 
     @property

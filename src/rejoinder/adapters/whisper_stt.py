@@ -80,6 +80,12 @@ def _atomic_copy(sources: list[Path], dst: Path) -> None:
         raise
 
 
+def _max_new_tokens(samples: int) -> int:
+    """The most tokens a decode of ``samples`` (16 kHz) may write: speech is about 4–5 tokens
+    per second, so 10 + 8 per second leaves room and stops a repetition loop early."""
+    return min(224, 10 + int(samples / SAMPLE_RATE * 8))
+
+
 def _looks_looped(text: str) -> bool:
     """True when a decode looks like Whisper's repetition failure ("8 8 8 8", a sentence twice)."""
     if len(text) < 12:
@@ -200,10 +206,14 @@ class WhisperSTT:
             raise PortError(f"Whisper transcription failed: {exc}") from exc
 
     def _transcribe_standard(self, x: np.ndarray) -> Transcript:
+        # a decode that loops ("4, 2, 4, 2, …") would run to Whisper's 448-token limit (over 1 s
+        # on 2 cores, with the next pause's decode queued behind it): cap it at the tokens the
+        # audio can hold, as the short window does
         segments, _info = self._model.transcribe(
             x, language=self.language, beam_size=1, without_timestamps=True,
             condition_on_previous_text=False, vad_filter=False, temperature=0.0,
-            initial_prompt=self.initial_prompt, hotwords=self.hotwords)
+            initial_prompt=self.initial_prompt, hotwords=self.hotwords,
+            max_new_tokens=_max_new_tokens(x.size))
         segs = list(segments)
         text = " ".join(s.text.strip() for s in segs).strip()
         if not segs:  # faster-whisper skipped every window as silence
@@ -238,7 +248,7 @@ class WhisperSTT:
             prompt.extend(prev[-200:])
         prompt.extend(tok.sot_sequence)
         prompt.append(tok.no_timestamps)
-        max_new = min(224, 10 + int(x.size / SAMPLE_RATE * 8))  # speech is ≈ 4–5 tokens per second
+        max_new = _max_new_tokens(x.size)
         result = self._model.model.generate(
             enc, [prompt], beam_size=1, max_length=len(prompt) + max_new, suppress_blank=True,
             suppress_tokens=get_suppressed_tokens(tok, [-1]), return_scores=True,

@@ -10,10 +10,12 @@ caller cannot read or change someone else's by saying its number, whatever the L
 
 Reversibility: ``lookup_order`` and ``list_appointments`` only read (reversible, nothing to undo);
 ``reschedule_appointment`` is reversible (compensated by moving the appointment back);
-``cancel_appointment`` is irreversible, so it never runs before the caller's turn is final.
+``cancel_appointment`` is irreversible, so it never runs before the caller's turn is final, and
+it asks first (``confirm``): its first call gives the LLM the question "shall I cancel your …?",
+and it runs when the LLM calls it again after the caller's answer.
 ``transfer_to_human`` and ``end_call`` (:mod:`rejoinder.calltools`) hand the call to a person or
-end it, each once the agent's last reply has played. Steps (:data:`STEPS`): cancelling is
-possible only after the caller's appointments were listed.
+end it, each once the agent's last reply has played. Steps (:data:`STEPS`): listing the
+appointments moves the call to a step whose instructions cover changing one.
 """
 
 from __future__ import annotations
@@ -84,6 +86,39 @@ OrderNumber = Annotated[str, Field(pattern=r"^[0-9]([, -]{0,2}[0-9]){3}$"),
 Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
                             "Sunday"], BeforeValidator(_weekday)]
 
+# A time of day as callers say it ("2", "2 pm", "2:30 PM", "14:00", "two", "noon", "4 in the
+# afternoon", "morning"). With a pattern the argument is grounded like the order number: the
+# embedded LLM chooses among the spans of the caller's words that are times
+# (rejoinder.adapters._toolcall.grounded_values); free text let SmolLM2-135M write the day
+# ("time": "Tuesday") or the old slot. parse_time reads every form the pattern accepts.
+_HOUR = r"(1[0-2]|0?[0-9]|1[3-9]|2[0-3]|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_PART = r"(morning|afternoon|evening)"
+TIME_PATTERN = (rf"^({_HOUR}([:.][0-5][0-9])?( ?[aApP]\.? ?[mM]\.?)?( in the {_PART})?"
+                rf"|noon|midday|{_PART})$")
+def _time_of_day(value: Any) -> str:
+    """Any time parse_time reads, as "HH:MM" (so an LLM that is not held to the pattern may
+    write "Tuesday at 3 pm"). Raises ValueError naming the text otherwise."""
+    hh, mm = parse_time(str(value))
+    return f"{hh:02d}:{mm:02d}"
+
+
+TimeOfDay = Annotated[str, Field(pattern=TIME_PATTERN), BeforeValidator(_time_of_day)]
+
+
+def _service(value: Any) -> Any:
+    """"the Haircut" → "haircut"; words that name no service (an LLM's misplaced "2pm" or its
+    tool's name) → "" (not given)."""
+    if not isinstance(value, str):
+        return value
+    low = value.lower()
+    return next((s for s in SERVICES if s in low), "")
+
+
+#: The services the salon offers. As an enum the argument is grounded: the embedded LLM writes
+#: it only when the caller named one (rejoinder.adapters._toolcall.object_plan).
+SERVICES = ("haircut", "consultation")
+Service = Annotated[Literal["haircut", "consultation", ""], BeforeValidator(_service)]
+
 
 # Tool examples: the tool gate's few-shot examples and its calibration set (rejoinder calibrate).
 # Written apart from the benchmark utterances (bench/tool_choice.py) and the held-out scenarios.
@@ -111,13 +146,32 @@ def lookup_order(ctx: CallContext, order_id: OrderNumber) -> dict[str, Any]:
     if row is None or db.normalize_phone(row["customer_phone"] or "") != db.normalize_phone(customer["phone"]):
         mine = ", ".join(o["id"] for o in db.orders_of(_conn(ctx), customer["id"])) or "none"
         raise ToolError(f"you have no order {order_id}; your orders are: {mine}")
-    out = {"order_id": row["id"], "item": row["item"], "status": row["status"]}
-    if row["ship_date"]:
-        out["shipped_on"] = db.speak_date(row["ship_date"])
-    if row["arrival_date"] and row["status"] != "cancelled":
-        key = "delivered_on" if row["status"] == "delivered" else "expected_arrival"
-        out[key] = db.speak_date(row["arrival_date"])
-    return out
+    return {f"order {row['id']}": order_sentence(row)}
+
+
+def order_sentence(row: Any) -> str:
+    """An order's state as the agent would say it: "the wireless headphones of order 4217
+    shipped on Friday, December 4 and should arrive Wednesday, December 9".
+
+    Tool results are written as spoken facts, one sentence per record, because a 135M model
+    reads a sentence back faithfully and a ``key: value`` list poorly. Probed on SmolLM2-135M
+    with seven orders of every status and the support agent's prompt (2026-12-02, requests not
+    from any benchmark or held-out scenario): this form was read back with the order number and
+    the right dates 6 of 7 times; the ``{"order_id", "item", "status", "shipped_on", …}`` form
+    answered 4 of 6 with a status or date, once mixing the ship and arrival dates ("shipped on
+    Wednesday, December 9")."""
+    what = f"the {row['item']} of order {row['id']}"
+    status = row["status"]
+    if status == "delivered" and row["arrival_date"]:
+        return f"{what} was delivered on {db.speak_date(row['arrival_date'])}"
+    if status == "cancelled":
+        return f"{what} was cancelled"
+    if status == "shipped" and row["ship_date"]:
+        when = f" and should arrive {db.speak_date(row['arrival_date'])}" if row["arrival_date"] else ""
+        return f"{what} shipped on {db.speak_date(row['ship_date'])}{when}"
+    if row["arrival_date"]:
+        return f"{what} is still {status} and should arrive {db.speak_date(row['arrival_date'])}"
+    return f"{what} is {status}"
 
 
 def _appointments(ctx: CallContext) -> list[dict[str, Any]]:
@@ -129,37 +183,67 @@ def _appointments(ctx: CallContext) -> list[dict[str, Any]]:
 @tool(reversible=True, timeout_s=2.0, examples=LIST_EXAMPLES)
 def list_appointments(ctx: CallContext) -> dict[str, Any]:
     """List the caller's booked appointments (service, day and time)."""
-    return {"appointments": _appointments(ctx)}
+    return {"appointments": appointments_phrase(_appointments(ctx))}
+
+
+def appointments_phrase(appts: list[dict[str, Any]]) -> str:
+    """Booked appointments as one spoken phrase: "a consultation on Thursday at 10 AM and a
+    haircut on Friday at 2 PM" ("none booked" when there are none).
+
+    Why one phrase: given the list of records (``[{"service": …, "when": …}, …]``), SmolLM2-135M
+    answered a caller with two appointments "A haircut, a haircut, a haircut" in 3 of 4 probe
+    wordings; given this phrase it read both back in all 12 probes (three callers, four wordings
+    written for the probe, 2026-12-02)."""
+    parts = [f"a {a['service']} on {a['when']}" for a in appts]
+    if not parts:
+        return "none booked"
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _pick(ctx: CallContext, service: str) -> dict[str, Any]:
     """The caller's booked appointment for ``service`` (or their only one)."""
     appts = _appointments(ctx)
-    wanted = [a for a in appts if service and service.lower().strip() in a["service"]]
+    said = (service or "").lower().strip()
+    wanted = [a for a in appts if said and (said in a["service"] or a["service"] in said)]
     if len(wanted) == 1:
         return wanted[0]
-    if not service and len(appts) == 1:
-        return appts[0]
+    if len(appts) == 1 and (not service or not any(s in service.lower() for s in SERVICES)):
+        return appts[0]  # the caller's only one: no service named (a day or a time written there)
     if not appts:
         raise ToolError("you have no booked appointments")
     listing = "; ".join(f"{a['service']} on {a['when']}" for a in appts)
     raise ToolError(f"which appointment? you have: {listing}")
 
 
-_PARTS_OF_DAY = {"afternoon": (14, 0), "morning": (10, 0), "noon": (12, 0), "midday": (12, 0)}
+_PARTS_OF_DAY = {"afternoon": (14, 0), "evening": (17, 0), "morning": (10, 0), "noon": (12, 0),
+                 "midday": (12, 0)}
+_HOUR_WORDS = {w: i for i, w in enumerate("one two three four five six seven eight nine ten "
+                                          "eleven twelve".split(), start=1)}
+_TIME = re.compile(r"\b(\d{1,2}|" + "|".join(_HOUR_WORDS) + r")(?:[:.](\d{2}))?"
+                   r"(?:\s*([ap])\.?\s*m\b\.?)?", re.IGNORECASE)
 
 
 def parse_time(text: str) -> tuple[int, int]:
-    """A time of day as a caller or an LLM writes it: "15:00", "3 pm", "3:30 PM", "3" (an hour
-    without am/pm inside business hours: 1–5 → afternoon), or a part of the day ("morning" →
-    10:00, "afternoon" → 14:00). Raises ValueError otherwise."""
-    for word, hm in _PARTS_OF_DAY.items():
-        if word in (text or "").lower():
-            return hm
-    m = re.fullmatch(r"\s*(\d{1,2})(?:[:.](\d{2}))?\s*([ap])?\.?\s*m?\.?\s*", (text or "").lower())
-    if not m:
-        raise ValueError(f"cannot read the time {text!r}")
-    h, mins, ap = int(m.group(1)), int(m.group(2) or 0), m.group(3)
+    """A time of day as a caller or an LLM writes it, alone or inside words: "15:00", "3 pm",
+    "3:30 PM", "two", "Thursday at 10 AM", "4 in the afternoon", "3" (an hour without am/pm
+    inside business hours: 1–5 → afternoon), or a part of the day alone ("morning" → 10:00,
+    "afternoon" → 14:00). With several times ("2, sorry, 3 pm") the last one counts, as a
+    caller's self-correction does. Raises ValueError when no time can be read."""
+    low = (text or "").lower()
+    found = [m for m in _TIME.finditer(low)]
+    part = next((w for w in _PARTS_OF_DAY if w in low), None)
+    if not found:
+        if part is None:
+            raise ValueError(f"cannot read the time {text!r}")
+        return _PARTS_OF_DAY[part]
+    m = found[-1]
+    raw = m.group(1)
+    h = _HOUR_WORDS[raw] if raw in _HOUR_WORDS else int(raw)
+    mins, ap = int(m.group(2) or 0), m.group(3)
+    if ap is None and part in ("afternoon", "evening"):
+        ap = "p"
+    elif ap is None and part == "morning":
+        ap = "a"
     if ap == "p" and h < 12:
         h += 12
     elif ap == "a" and h == 12:
@@ -172,16 +256,18 @@ def parse_time(text: str) -> tuple[int, int]:
 
 
 def _undo_reschedule(ctx: CallContext, result: dict[str, Any], **args: Any) -> None:
-    """Put the appointment back where it was, if it still holds the new slot."""
-    previous, new = ctx.state["moves"][result["appointment_id"]].pop()
+    """Put the last moved appointment back where it was, if it still holds the new slot
+    (compensations run newest first, so the last move is the one to undo)."""
+    appt_id, previous, new = ctx.state["moves"].pop()
     conn = _conn(ctx)
     with db.transaction(conn):
         conn.execute("UPDATE appointments SET slot = ? WHERE id = ? AND slot = ?",
-                     (previous, result["appointment_id"], new))
+                     (previous, appt_id, new))
 
 
 @tool(reversible=True, timeout_s=2.0, compensate=_undo_reschedule, examples=MOVE_EXAMPLES)
-def reschedule_appointment(ctx: CallContext, day: Weekday, time: str, service: str = "") -> dict[str, Any]:
+def reschedule_appointment(ctx: CallContext, day: Weekday, time: TimeOfDay,
+                           service: Service = "") -> dict[str, Any]:
     """Move the caller's appointment to another weekday and time (Monday to Friday, 9 AM to 5 PM).
 
     Args:
@@ -207,13 +293,18 @@ def reschedule_appointment(ctx: CallContext, day: Weekday, time: str, service: s
             if other_id != row["id"] and db.overlaps(other_slot, slot):
                 raise ToolError(f"{spoken} is already taken")
         conn.execute("UPDATE appointments SET slot = ? WHERE id = ?", (slot, row["id"]))
-    ctx.state.setdefault("moves", {}).setdefault(row["id"], []).append((row["slot"], slot))
-    return {"appointment_id": row["id"], "service": row["service"],
-            "moved_from": db.speak_slot(row["slot"]), "moved_to": spoken}
+    ctx.state.setdefault("moves", []).append((row["id"], row["slot"], slot))
+    return {"moved": f"the {row['service']} is moved from {db.speak_slot(row['slot'])} to {spoken}"}
 
 
-@tool(reversible=False, timeout_s=2.0, examples=CANCEL_EXAMPLES)
-def cancel_appointment(ctx: CallContext, service: str = "") -> dict[str, Any]:
+def _ask_cancel(ctx: CallContext, service: Service = "") -> str:
+    """The question the caller says yes to before an appointment is cancelled."""
+    appt = _pick(ctx, service)
+    return f"shall I cancel your {appt['service']} on {appt['when']}?"
+
+
+@tool(reversible=False, timeout_s=2.0, examples=CANCEL_EXAMPLES, confirm=_ask_cancel)
+def cancel_appointment(ctx: CallContext, service: Service = "") -> dict[str, Any]:
     """Cancel the caller's appointment. Only after the caller has said yes to cancelling it.
 
     Args:
@@ -223,7 +314,7 @@ def cancel_appointment(ctx: CallContext, service: str = "") -> dict[str, Any]:
     conn = _conn(ctx)
     with db.transaction(conn):
         conn.execute("UPDATE appointments SET status = 'cancelled' WHERE id = ?", (appt["appointment_id"],))
-    return {"cancelled": appt["service"], "was_on": appt["when"]}
+    return {"cancelled": f"your {appt['service']} on {appt['when']} is cancelled"}
 
 
 # ------------------------------------------------------------------------------------ the call
@@ -262,17 +353,16 @@ def greeting(ctx: CallContext) -> str:
     return f"{hello} for calling {BUSINESS}. How can I help?"
 
 
-# Conversation steps (rejoinder.flow): every tool is described in every request, and all but
-# cancel_appointment may be called from the start, so a caller can switch topics at any time.
-# Cancelling (irreversible) is callable only once the caller's appointments have been listed in
-# this call (list → cancel, with the caller's yes): "appointments" is entered when
-# list_appointments succeeds, in the same reply, so "cancel my haircut" still works in one turn.
-_DOMAIN = ["lookup_order", "list_appointments", "reschedule_appointment"]
+# Conversation steps (rejoinder.flow): every tool is described in every request and callable
+# from the start, so a caller can switch topics at any time; cancelling asks first (confirm).
+# Once the appointments were listed ("appointments", entered when list_appointments succeeds,
+# in the same reply), the step's instructions say how to handle a change to one of them.
+_DOMAIN = ["lookup_order", "list_appointments", "reschedule_appointment", "cancel_appointment"]
 _CALL = ["transfer_to_human", "end_call"]
 STEPS = [
     AgentStep("main", tools=_DOMAIN + _CALL, next={"list_appointments": "appointments"}),
-    AgentStep("appointments", "Cancel an appointment only after the caller has said yes to "
-              "cancelling it.", tools=_DOMAIN + ["cancel_appointment"] + _CALL),
+    AgentStep("appointments", "Move or cancel one of the appointments you listed when the "
+              "caller asks; cancel only after the caller has said yes.", tools=_DOMAIN + _CALL),
 ]
 
 agent = Agent(

@@ -164,7 +164,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         if cue is not None and cue.get("missed") and spec.barge_in_ms is not None:
             checks += 1
             fail("timeout", f"{label}: the agent never spoke, so the scripted barge-in could not happen")
-        calls = [t for r in mine for t in r.tools if not t.get("compensated")]
+        calls = [t for r in mine for t in r.tools if not t.get("compensated") and not t.get("held")]
         transcript = " ".join(r.transcript for r in mine)
         tool_ok = True
         if ex.tools and not see_tools:
@@ -237,7 +237,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
                     fail("interruption", f"{label}: expected to cut the agent off, but its reply played on")
                 elif not ex.interrupts and cut:
                     fail("interruption", f"{label}: a {spec.kind} cut the agent off (it should have talked on)")
-    all_calls = [t for r in turns for t in r.tools if not t.get("compensated")]
+    all_calls = [t for r in turns for t in r.tools if not t.get("compensated") and not t.get("held")]
     if sc.only_expected_tools and not see_tools:
         skipped.append("only_expected_tools (the agent does not report its tool calls)")
     elif sc.only_expected_tools:
