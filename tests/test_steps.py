@@ -409,7 +409,8 @@ async def test_a_tool_with_a_confirmation_runs_only_when_called_again_in_the_nex
     assert done == [] and first.error is None
     again = await conv.run_tool(1, ToolCall("b", "cancel", {"item": "haircut"}))  # same reply
     assert again.held and done == []
-    yes = await conv.run_tool(2, ToolCall("c", "cancel", {"item": "haircut"}))  # the next turn
+    # the next turn: what runs is what the caller said yes to, whatever the new call says
+    yes = await conv.run_tool(2, ToolCall("c", "cancel", {"item": "perm"}))
     assert not yes.held and yes.result == {"cancelled": "haircut"} and done == ["haircut"]
     # the ask is used up; an ask expires once the turn after it was answered otherwise; a
     # failing question is an error

@@ -94,7 +94,8 @@ class Conversation:
         self.st = st
         self.history: list[ChatMessage] = []
         self._ids = itertools.count(1)
-        self._asked: dict[str, int] = {}  # tool → the turn whose reply asked to confirm it
+        # tool → (the turn whose reply asked to confirm it, the call's arguments)
+        self._asked: dict[str, tuple[int, dict[str, Any]]] = {}
         self.heard_log: list[tuple[int, str]] = []  # (turn id, assistant text added as heard)
         self.position = Position.start(agent)
         self.on_end = None  # called with (turn id, HangUp | Transfer) when a reply ends the call
@@ -161,12 +162,12 @@ class Conversation:
         if ending is not None and self.on_end is not None:
             self.on_end(turn_id, ending)
 
-    def _confirmed(self, name: str, turn_id: int) -> bool:
-        """Whether the caller was asked to confirm ``name`` in an earlier reply whose answer is
-        this turn (the ask is used up either way; :meth:`add_heard` drops it once the turn
-        after the question has been answered)."""
+    def _confirmed(self, name: str, turn_id: int) -> dict[str, Any] | None:
+        """The arguments of the question about ``name`` asked in an earlier reply whose answer
+        is this turn, or None (not asked: ask now). The ask is used up either way;
+        :meth:`add_heard` drops it once the turn after the question has been answered."""
         asked = self._asked.pop(name, None)
-        return asked is not None and asked < turn_id
+        return asked[1] if asked is not None and asked[0] < turn_id else None
 
     def new_call_id(self) -> str:
         return f"call_{next(self._ids)}"
@@ -184,7 +185,12 @@ class Conversation:
         tool = agent.tools.get(call.name)
         run = ToolRun(call, tentative=tentative)
         reversible = bool(tool and tool.reversible)
-        args = _as_run(tool, call.arguments)
+        confirms = tool is not None and tool.confirm_fn is not None and not tentative
+        asked = self._confirmed(call.name, turn_id) if confirms else None
+        # confirmed: run what the caller said yes to (the question's arguments; the call's add
+        # any the question left out)
+        run_args = {**call.arguments, **asked} if asked else call.arguments
+        args = _as_run(tool, run_args)
         self.st.stamp("tool_start", turn_id, name=call.name, args=args,
                       reversible=reversible, tentative=tentative)
         try:
@@ -195,12 +201,12 @@ class Conversation:
             if allowed is not None and call.name not in allowed:  # a backend that ignored it
                 raise ToolError(f"{call.name} cannot be used now; the tools for this part of the "
                                 f"call are {', '.join(allowed) or 'none'}")
-            if tool.confirm_fn is not None and not self._confirmed(call.name, turn_id):
+            if confirms and asked is None:
                 run.result = {CONFIRM_KEY: await tool.question(self.ctx, call.arguments)}
                 run.held = True
-                self._asked[call.name] = turn_id
+                self._asked[call.name] = (turn_id, dict(call.arguments))
             else:
-                run.result = await tool.run(self.ctx, call.arguments, clock=self.st.clock)
+                run.result = await tool.run(self.ctx, run_args, clock=self.st.clock)
             if isinstance(run.result, CONTROLS):
                 run.control, run.result = self._control(agent, run.result), run.result.result
         except ToolError as exc:
@@ -259,7 +265,7 @@ class Conversation:
         caller cut the reply off; its last heard text is marked with :data:`CUT_MARK` so the
         LLM knows it stopped there (the marker is not counted as heard in :attr:`heard_log`)."""
         # a confirmation question is answered in the next turn only
-        self._asked = {n: t for n, t in self._asked.items() if t >= turn_id}
+        self._asked = {n: a for n, a in self._asked.items() if a[0] >= turn_id}
         msgs: list[ChatMessage] = []
         if user_text:
             msgs.append(ChatMessage("user", user_text))

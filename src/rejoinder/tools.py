@@ -125,10 +125,11 @@ class Tool:
         ``not_on_question``: the tool is not offered (``LLMRequest.allowed_tools``) for a reply
         to a caller's message that ends with a question mark (``end_call``: a caller who asks
         something wants an answer, not a hang-up).
-        ``confirm(ctx, **args) -> str``: for an irreversible tool, the yes/no question the
-        caller must answer first ("Shall I cancel your haircut on Tuesday at 10 AM?"). The
-        first call does not run the tool: the LLM is given the question as the call's result
-        and says it; the tool runs when the LLM calls it again in the caller's next turn
+        ``confirm(**args) -> str`` (given ``ctx`` too when it has a ``ctx`` parameter): for an
+        irreversible tool, the yes/no question the caller must answer first ("shall I cancel
+        your haircut on Tuesday at 10 AM?"). The first call does not run the tool: it is held,
+        its result is the question, which the runtime says as written (source ``"confirm"``);
+        the tool runs when the LLM calls it again in the caller's next turn
         (:meth:`rejoinder.conversation.Conversation.run_tool`). The question may raise
         :class:`ToolError` (e.g. "which appointment?"), which the LLM reads as usual."""
         if not callable(fn):

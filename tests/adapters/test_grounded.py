@@ -48,6 +48,7 @@ def test_vocabulary_reads_an_error_result_and_ignores_earlier_turns():
     words, _ = reply_vocabulary(msgs[:2] + earlier + msgs[2:])
     assert {"4008", "1180", "3602", "orders"} <= words
     assert "9999" not in words
+    assert "error" not in words  # the failed call's key is not a word of the reply
 
 
 def test_after_tool_result_is_the_last_message_only():

@@ -53,7 +53,9 @@ _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+")
 
 def _result_values(content: str) -> list[str]:
     """The leaf values of a JSON tool result (the text itself when it is not JSON), then the keys
-    of its objects as words (``expected_arrival`` → "expected arrival")."""
+    of its objects as words (``expected_arrival`` → "expected arrival"), but for a failed call's
+    ``error``: SmolLM2-135M answered "The error is an error in the order of 7002." for "you have
+    no order 7002; your orders are: 2459"."""
     try:
         value = json.loads(content)
     except ValueError:
@@ -64,7 +66,8 @@ def _result_values(content: str) -> list[str]:
     def walk(v: Any) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
-                keys.append(str(k).replace("_", " "))
+                if k != "error":  # a failed call's key: with it the reply was "The error is…"
+                    keys.append(str(k).replace("_", " "))
                 walk(x)
         elif isinstance(v, list):
             for x in v:

@@ -12,6 +12,7 @@ grammars: :mod:`._toolcall`.
 from __future__ import annotations
 
 import codecs
+import math
 import json
 import threading
 from collections import OrderedDict
@@ -25,7 +26,7 @@ from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_grammar, reply_vocabulary
-from ._which import TALK, ExampleMatcher
+from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
@@ -440,47 +441,67 @@ class ChatEngine:
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
         conversation out first (``LlamaLLM`` does, under the gate's own cache key)."""
         gate = self.gate_for(request.tools, request.talk_examples)
-        # the margin is over the step's tools, as calibrated; the call goes to one whose
-        # required arguments the caller said (none of them: talk, and so ask for them)
+        # the margin is over the step's tools, as calibrated; the call goes only to a tool whose
+        # required arguments the caller said (else the agent talks, and so asks for them)
         scores = gate.score(self._llm, request.messages, request.allowed_tools)
-        groundable = self._groundable(request)
-        cands = [n for n in scores.tools if groundable is None or n in groundable]
+        grounding = self._grounding(request)
+        cands = list(scores.tools)
+        said_all = [n for n in cands if grounding.get(n) is True]  # its pattern values were said
         if request.tool_threshold is not None:
             threshold, source = request.tool_threshold, "request"
         else:
             threshold, source = self.tool_threshold, self.threshold_source
         chosen, which, sims = scores.chosen(threshold), "labels", None
-        if chosen is not None and chosen not in cands:
-            chosen = max(cands, key=scores.tools.__getitem__) if cands else None
-            which = "grounding"
         matcher = self.matcher_for(request.tools, request.talk_examples)
-        if request.confirming is not None:
-            matcher = None  # a yes/no answer to the tool's question: the margin alone decides
-        if chosen is not None and matcher is not None and matcher.covers(cands):
-            picked, sims = matcher.choose(self._caller_said(request), cands, talk=self.talk_veto)
+        if chosen is not None and request.confirming is not None and self.embed is not None:
+            # a yes/no answer to the tool's question: the margin and the nearer of the yes and
+            # no examples must both say yes (an irreversible action)
+            yes, sims = self.confirm_matcher(chosen).choose(self._caller_said(request), [chosen],
+                                                            talk=True)
+            chosen, which = yes, "confirm"
+        elif chosen is not None and matcher is not None and matcher.covers(cands):
+            # small talk competes unless a tool's typed arguments were said (an order number)
+            picked, sims = matcher.choose(self._caller_said(request), cands,
+                                          talk=self.talk_veto and not said_all)
             # None with the talk similarity: a small-talk example lies nearest, so no call
             chosen, which = (None if TALK in sims and picked is None else picked or chosen), "examples"
+        elif chosen is not None and grounding.get(chosen) is False:
+            ok = [n for n in cands if grounding.get(n) is not False]
+            chosen, which = (max(ok, key=scores.tools.__getitem__) if ok else None), "grounding"
+        if chosen is not None and grounding.get(chosen) is False:
+            # its argument was not said: a tool whose typed arguments were said instead (the
+            # nearest), else talk and so ask for it
+            rank = sims or scores.tools
+            chosen = max(said_all, key=lambda n: rank.get(n, -math.inf)) if said_all else None
+            which = "grounding"
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims)
 
-    def _groundable(self, request: LLMRequest) -> tuple[str, ...] | None:
-        """The request's callable tools (None: all of them) without those that have a required
-        argument with a ``pattern`` the caller's last message holds no span of
-        (``ground_arguments``):
-        called anyway, a small model invents the value (SmolLM2-135M wrote order "1234" for "I
-        need to cancel my consultation"), so the agent should ask for it instead."""
-        if not self.ground_arguments:
-            return request.allowed_tools
-        said = self._caller_said(request)
-        keep = []
+    def confirm_matcher(self, tool: str) -> ExampleMatcher:
+        """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of
+        :data:`CONFIRM_YES` (the tool) and :data:`CONFIRM_NO` (talk) in the same embeddings."""
+        key = (("(confirm)", tool),)
+        matcher = self._matchers.get(key)
+        if matcher is None:
+            schema = ToolSchema(tool, "", {"type": "object", "properties": {}}, CONFIRM_YES)
+            matcher = ExampleMatcher(self.embed, [schema], CONFIRM_NO)
+            self._matchers[key] = matcher
+        return matcher
+
+    def _grounding(self, request: LLMRequest) -> dict[str, bool | None]:
+        """Per callable tool, whether the caller's last message holds its required arguments
+        that have a ``pattern``: True (all said: an order number read out), False (one is
+        missing: called anyway, SmolLM2-135M wrote order "1234" for "I need to cancel my
+        consultation"), None (it has none, or ``ground_arguments`` is off)."""
+        said = self._caller_said(request) if self.ground_arguments else None
+        out: dict[str, bool | None] = {}
         for t in request.callable_tools():
             props = (t.parameters or {}).get("properties") or {}
-            need = [props.get(k) or {} for k in (t.parameters or {}).get("required") or ()]
-            if all(not p.get("pattern") or grounded_values(p, said) for p in need):
-                keep.append(t.name)
-        if len(keep) == len(request.callable_tools()):
-            return request.allowed_tools
-        return tuple(keep)
+            need = [p for p in (props.get(k) or {} for k in (t.parameters or {}).get("required") or ())
+                    if p.get("pattern")]
+            out[t.name] = None if said is None or not need else all(
+                grounded_values(p, said) for p in need)
+        return out
 
     def matcher_for(self, tools: tuple[ToolSchema, ...],
                     talk_examples: tuple[str, ...] = ()) -> ExampleMatcher | None:

@@ -40,6 +40,13 @@ from ..ports import ToolSchema
 WHICH_MODES = ("examples", "labels")
 #: PromptEOL's template (Jiang et al. 2023); the embedding is the last token's hidden state
 EMBED_TEMPLATE = 'This sentence : "{}" means in one word:"'
+#: Answers to a confirmation question ("shall I cancel your haircut …?"), yes and no: the
+#: nearer decides whether the held irreversible tool runs (with the gate's margin). Written for
+#: rejoinder, apart from every benchmark item and held-out scenario.
+CONFIRM_YES = ("Yes, do it.", "Sure, that's fine.", "Yep, that one.", "Correct, go on.",
+               "Yes please.", "Okay, yes.")
+CONFIRM_NO = ("No, don't do that.", "No, keep it.", "Hmm, no, I changed my mind.",
+              "Not that one.", "No thanks, forget it.", "Wait, no.")
 #: the key of small talk's similarity in :meth:`ExampleMatcher.choose`'s result
 TALK = "(talk)"
 
