@@ -30,7 +30,7 @@ from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
 from ._kvcache import common_prefix, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
-                        choice_grammar, grounded_values, names_grammar, object_plan,
+                        grounded_values, names_grammar, object_plan,
                         value_grammar)
 
 TOOL_MODES = ("gate", "lazy", "eager")
@@ -93,10 +93,10 @@ class ChatEngine:
 
     One call per message (``max_tool_calls=1``) is written piece by piece: the JSON structure and
     argument keys are forced, only the tool name and the argument values are sampled. A string
-    argument with a ``pattern`` is *grounded* (``ground_arguments``, default on): when spans of
-    the caller's last message fit the pattern whole, the value is chosen among those spans
-    (:func:`._toolcall.grounded_values`; forced when there is one), otherwise it is sampled under
-    the pattern. A text reply to the caller may not end as a copy of the caller's words
+    argument with a ``pattern`` or an ``enum`` is *grounded* (``ground_arguments``, default on):
+    when spans of the caller's last message fit it whole, the value is the one said last
+    (:func:`._toolcall.grounded_values`; a self-repair follows what it corrects), otherwise it
+    is sampled under the schema. A text reply to the caller may not end as a copy of the caller's words
     (``no_echo``, default on, :mod:`._echo`): sampling resumes with the end masked
     (``RequestStats.echo_resumed``). A text reply after a tool result is *grounded*
     (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
@@ -359,10 +359,13 @@ class ChatEngine:
             text += (" " if i else "") + json.dumps(key) + ":"
             sep = "," if i < len(plan) - 1 else "}"
             spans = grounded_values(sub, said)
-            if len(spans) == 1:  # the caller's own words: forced, nothing to sample
-                text += f" {json.dumps(spans[0])}{sep}"
+            if spans:  # the caller's own words, forced: the last said (a self-repair comes after
+                # what it corrects, Levelt 1983: "Monday at 2. Sorry, I mean Tuesday")
+                low = said.lower()
+                value = max(spans, key=lambda v: (low.rfind(v.lower()), len(v)))
+                text += f" {json.dumps(value)}{sep}"
                 continue
-            gbnf = choice_grammar(spans, sep, lead=" ") if spans else value_grammar(sub, sep, lead=" ")
+            gbnf = value_grammar(sub, sep, lead=" ")
             out = sample(text, gbnf, lambda o, sep=sep: json_complete(o, sep))
             if out is None:
                 return None

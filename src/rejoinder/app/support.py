@@ -86,15 +86,17 @@ OrderNumber = Annotated[str, Field(pattern=r"^[0-9]([, -]{0,2}[0-9]){3}$"),
 Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
                             "Sunday"], BeforeValidator(_weekday)]
 
-# A time of day as callers say it ("2", "2 pm", "2:30 PM", "14:00", "two", "noon", "4 in the
-# afternoon", "morning"). With a pattern the argument is grounded like the order number: the
+# A time of day as callers say it ("at 2", "2 pm", "2:30 PM", "14:00", "two pm", "noon", "4 in
+# the afternoon", "morning"). With a pattern the argument is grounded like the order number: the
 # embedded LLM chooses among the spans of the caller's words that are times
 # (rejoinder.adapters._toolcall.grounded_values); free text let SmolLM2-135M write the day
 # ("time": "Tuesday") or the old slot. parse_time reads every form the pattern accepts.
 _HOUR = r"(1[0-2]|0?[0-9]|1[3-9]|2[0-3]|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _PART = r"(morning|afternoon|evening)"
-TIME_PATTERN = (rf"^({_HOUR}([:.][0-5][0-9])?( ?[aApP]\.? ?[mM]\.?)?( in the {_PART})?"
-                rf"|noon|midday|{_PART})$")
+_AMPM = r"( ?[aApP]\.? ?[mM]\.?)"
+# a bare hour counts only after "at" ("at 11"): digits read out ("8, 1, 4") are not times
+TIME_PATTERN = (rf"^((at )?({_HOUR}([:.][0-5][0-9])?{_AMPM}|{_HOUR}[:.][0-5][0-9]"
+                rf"|{_HOUR} in the {_PART}|noon|midday|{_PART})|at {_HOUR})$")
 def _time_of_day(value: Any) -> str:
     """Any time parse_time reads, as "HH:MM" (so an LLM that is not held to the pattern may
     write "Tuesday at 3 pm"). Raises ValueError naming the text otherwise."""
