@@ -110,7 +110,7 @@ class Draft:
         self._moves: list = []
         self.ending: HangUp | Transfer | None = None
         self._ending_at = 0
-        self._asked = ""  # a held irreversible call's question, said by the runtime
+        self._question = ""  # a held irreversible call's question, said by the runtime
         self._ending_sent = False
 
     @property
@@ -197,10 +197,10 @@ class Draft:
         for k in range(max_steps):
             if self.ending is not None and self.ending.say:
                 break  # the runtime says the goodbye itself
-            if self._asked:  # an irreversible tool's own question (Tool.confirm), said as written
+            if self._question:  # a held tool's own question (Tool.confirm), said as written
                 if any(s.text for s in self.steps):
                     self._put(Say(" "))
-                self._put(Say(self._asked, "confirm"))
+                self._put(Say(self._question, "confirm"))
                 break
             step = Step()
             self.steps.append(step)
@@ -218,10 +218,9 @@ class Draft:
                 if not (tool and tool.reversible):
                     await self._confirmed.wait()  # never act irreversibly on a tentative turn
                 # the same call again in this turn is answered from the earlier run, never run
-                # twice: an irreversible one a dropped draft ran, or any one an earlier step of
-                # this reply ran (a small model repeats its call after the result)
-                earlier = [*(self.prior if not (tool and tool.reversible) else ()),
-                           *(r for s in self.steps for r in s.runs)]
+                # twice: one a dropped draft ran (the first step holds those) or an earlier step
+                # of this reply ran (a small model repeats its call after the result)
+                earlier = [r for s in self.steps for r in s.runs]
                 done = next((r for r in earlier if r.call.name == call.name and not r.held
                              and not r.compensated
                              and dict(r.call.arguments) == dict(call.arguments)), None)
@@ -253,14 +252,14 @@ class Draft:
                 self._after_run(run)
                 if run.held:
                     q = str(run.result.get(CONFIRM_KEY, "")).strip()
-                    self._asked = q[:1].upper() + q[1:]
+                    self._question = q[:1].upper() + q[1:]
         if self.ending is not None:
             if self.ending.say or not any(s.text.strip() for s in self.steps[self._ending_at:]):
                 source = "goodbye" if isinstance(self.ending, HangUp) else "transfer"
                 if any(s.text for s in self.steps):
                     self._put(Say(" "))
                 self._put(Say(self.ending.say or self.ending.fallback, source))
-        elif (not any(s.text.strip() for s in self.steps) and not self._asked
+        elif (not any(s.text.strip() for s in self.steps) and not self._question
               and self.policy.recovery_line):
             self._recovered("recovery_line", "the LLM wrote nothing to say")
             self._put(Say(RECOVERY_LINE, "recovery"))
