@@ -21,7 +21,7 @@ from rejoinder.session import Session
 from rejoinder.stages import Stamper
 from rejoinder.tools import tool
 
-from fakes import ScriptedLLM, ToneTTS, ToolLog, heard, scripted_agent, silence, tone
+from fakes import ScriptedLLM, ToneTTS, ToolLog, heard, lookup, scripted_agent, silence, tone
 from test_session import make_stack, turn
 
 CANCEL = [ToolCall("", "cancel_order", {"order_id": "4217"})]
@@ -65,6 +65,30 @@ async def test_a_reopened_turn_never_redoes_irreversible_work_nor_loses_its_resu
     assert rec.stamps["first_speakable_text"] > rec.stamps["user_speech_end"]
     assert segs["llm_ttft"] > 0 and segs["tts_ttfb"] == pytest.approx(80, abs=5)
     assert sum(segs.values()) == pytest.approx(rec.v2v_ms(), abs=1)
+
+
+async def test_a_reopened_turn_decides_a_reversible_call_again_on_the_whole_turn():
+    """ "8 8 4 1" is committed and looked up, then the caller corrects it ("sorry, 8 8 1 4"):
+    the first lookup is compensated and the call is decided again on the whole turn's words,
+    rather than the LLM answering the superseded lookup's result."""
+    clock = VirtualClock()
+    log = ToolLog()
+    first, whole = "Order 8 8 4 1.", "Order 8 8 4 1. Sorry, 8 8 1 4."
+    stack = make_stack(clock, [first, whole], calls=lookup())
+    stack.llm.ttft_ms = 300.0
+    bus, events = recording_bus()
+    pcm = np.concatenate([tone(600), silence(800), tone(400)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(log), clock=clock, tail_ms=2500, bus=bus)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert any(isinstance(e, TurnDecision) and e.reason == "reopen" for e in events)
+    assert log.executed == [first, whole] and log.compensated == [first]
+    [rec] = res.turns
+    assert [(t["args"]["text"], bool(t.get("compensated"))) for t in rec.tools] == \
+        [(first, True), (whole, False)]
+    # the context holds the call on the whole turn only, and its result once
+    assert [m.role for m in res.context] == ["user", "assistant", "tool", "assistant"]
+    assert res.context[0].content == whole
+    assert res.context[1].tool_calls[0].arguments["text"] == whole
 
 
 # --- kind 2: a tool that outlives an interrupted reply ------------------------------------------

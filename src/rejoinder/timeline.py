@@ -230,7 +230,8 @@ class Timeline:
         elif (isinstance(event, ToolCallEvent) and event.turn_id
               and event.result == {"compensated": True}):
             for t in reversed(self.turn(event.turn_id).tools):
-                if t["name"] == event.name and t["tentative"] and not t.get("compensated"):
+                if (t["name"] == event.name and (t["tentative"] or t.get("before_reopen"))
+                        and not t.get("compensated")):
                     t["compensated"] = True
                     break
         elif isinstance(event, Recovery) and event.turn_id:

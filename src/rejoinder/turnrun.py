@@ -29,8 +29,9 @@ Invariants:
   done or cut (:meth:`finished`);
 * ``draft`` is the turn's one live draft: a new one starts only after the last was discarded,
   and it is cleared when discarded or when the reply speaking it is finished;
-* ``done_runs`` holds the tool runs of confirmed drafts dropped when the turn *reopened* (the
-  caller went on talking after the commit): work that really ran, so the turn's next draft
+* ``done_runs`` holds the irreversible tool runs of confirmed drafts dropped when the turn
+  *reopened* (the caller went on talking after the commit; their reversible runs are compensated
+  and decided again on the whole turn): work that really ran, so the turn's next draft
   starts from it (its ``prior``, :class:`rejoinder.respond.Draft`) — its results are given to
   the LLM, they enter the context once, and an irreversible call with the same name and
   arguments is answered from them, never run again. A dropped *tentative*
@@ -148,8 +149,9 @@ class TurnRun:
     def discard(self, conv: Conversation) -> tuple[Draft, Coroutine[Any, Any, None]] | None:
         """Stop the turn's draft: it is no longer the turn's and its task is cancelled. Returns the
         draft and the coroutine that accounts for its work once it has stopped (run it as a
-        settling task): a tentative draft's reversible tool runs are compensated, a confirmed
-        draft's runs really happened and are kept in ``done_runs``. None: no draft."""
+        settling task): a tentative draft's reversible tool runs are compensated; of a confirmed
+        draft's runs, the reversible ones are compensated too (:func:`_redoable`) and the others,
+        which really happened, are kept in ``done_runs``. None: no draft."""
         draft = self.draft
         if draft is None:
             return None
@@ -162,8 +164,13 @@ class TurnRun:
         runs = await draft.settled_runs()
         if tentative:
             await undo_runs(conv, self.turn_id, [r for r in runs if r.tentative])
-        else:
-            self.done_runs.extend(r for r in runs if r not in self.done_runs)
+            return
+        # the caller went on after the commit, so the request may have changed ("8841. Sorry,
+        # 8814"): a reversible run is compensated and the next draft decides again on the whole
+        # turn; irreversible work (and a run that moved the conversation) is kept, never redone
+        redo = [r for r in runs if _redoable(conv, r)]
+        await undo_runs(conv, self.turn_id, redo)
+        self.done_runs.extend(r for r in runs if r not in redo and r not in self.done_runs)
 
     def earlier_run(self, name: str, arguments: dict[str, Any]) -> ToolRun | None:
         """A finished run of tool ``name`` with ``arguments`` from a dropped draft of this turn."""
@@ -246,3 +253,10 @@ class TurnRuns:
 
     def __contains__(self, turn_id: object) -> bool:
         return turn_id in self._runs
+
+
+def _redoable(conv: Conversation | None, run: ToolRun) -> bool:
+    """A confirmed run the turn's next draft may do again: its tool is reversible, and it
+    neither moved the conversation nor was held for the caller's yes."""
+    tool = conv.agent.tools.get(run.call.name) if conv is not None else None
+    return bool(tool is not None and tool.reversible and run.control is None and not run.held)
