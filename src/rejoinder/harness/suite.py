@@ -1,7 +1,8 @@
 """Suites: named folders of scenario YAML files.
 
 A suite is given as a bundled name (``reference``; ``heldout``, the scenarios no tool decision
-was tuned on; see ``harness/suites/``), a folder of ``*.yaml`` files, a single scenario file, or
+was tuned on; ``unseen``, written apart from tuning, read only as an aggregate score; see
+``harness/suites/``), a folder of ``*.yaml`` files, a single scenario file, or
 several of these comma-separated (``reference,heldout``: one run over both). Scenarios are identified by their ``name`` and
 fingerprinted by :func:`scenario_hash` (the YAML text and every audio file it plays), so a stored
 run says exactly which script was played.
