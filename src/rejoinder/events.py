@@ -178,7 +178,8 @@ class ErrorEvent:
 @dataclass(frozen=True, slots=True)
 class Recovery:
     """The runtime recovered from a failure: ``stage`` (llm|tts|stt), ``action`` (retry|backup|
-    recovery_line|give_up), ``reason`` (the error or watchdog), ``resume_from`` (the text it resumed
+    recovery_line|give_up|buffered|stop_repeat: a reply ended at a sentence it had already said,
+    :mod:`rejoinder.repeatguard`), ``reason`` (the error or watchdog), ``resume_from`` (the text it resumed
     with, starting at the last word heard)."""
 
     stage: str

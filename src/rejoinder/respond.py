@@ -32,6 +32,7 @@ from .events import LlmToken, Recovery
 from .agent import load_agent
 from .flow import HangUp, Transfer, move
 from .ports import ChatMessage, LLMPort, ToolCall, ToolDecision
+from .repeatguard import RepeatGuard
 from .reply import RecoveryPolicy, Say
 from .stages import timed_llm, watch
 
@@ -111,6 +112,7 @@ class Draft:
         self.ending: HangUp | Transfer | None = None
         self._ending_at = 0
         self._question = ""  # a held irreversible call's question, said by the runtime
+        self._repeats = RepeatGuard()  # a sentence said twice ends the reply
         self._ending_sent = False
 
     @property
@@ -176,6 +178,11 @@ class Draft:
     def _recovered(self, action: str, reason: str, resume_from: str = "") -> None:
         st = self.conv.st
         st.emit(Recovery("llm", action, reason, resume_from, st.now(), st.call_id, self.turn_id))
+
+    def _say(self, step: Step, text: str) -> None:
+        if text:
+            step.text += text
+            self._put(Say(text))
 
     # --- the loop -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -294,15 +301,20 @@ class Draft:
                         delta = delta.lstrip()
                         if not delta:
                             continue
-                    step.text += delta
                     self.tokens += 1
                     st.emit(LlmToken(delta, st.now(), st.call_id, self.turn_id))
-                    self._put(Say(delta))
+                    said, repeat = self._repeats.feed(delta)
+                    self._say(step, said)
+                    if repeat:  # a loop: the reply ends before the repeated sentence
+                        self._recovered("stop_repeat", f"the LLM repeated {self._repeats.repeated!r}")
+                        return calls
+                self._say(step, self._repeats.flush())
                 return calls
             except (asyncio.CancelledError, GeneratorExit):
                 raise
             except Exception as exc:  # noqa: BLE001 — a failed stage is recovered, never fatal
                 retry = attempt < self.policy.llm_retries
+                self._say(step, self._repeats.flush())
                 # say what we have while we recover; what the retry writes is a recovery point
                 self._put(Say("", flush=True, resume=retry))
                 if retry:

@@ -229,3 +229,28 @@ def test_an_optional_groundable_property_is_written_only_when_the_caller_said_it
     assert [k for k, _ in object_plan(schema, "Move my haircut to Friday")] == ["day", "service"]
     free = {**schema, "properties": {**schema["properties"], "note": {"type": "string"}}}
     assert object_plan(free, "Move my haircut to Friday") is None  # free text: the model decides
+
+
+def test_a_tool_is_grounded_only_when_its_required_pattern_and_enum_arguments_were_said():
+    from types import SimpleNamespace
+
+    from rejoinder.adapters._llama_engine import ChatEngine
+    from rejoinder.ports import ChatMessage, LLMRequest, ToolSchema
+    move = ToolSchema("move", "Move it.", {
+        "type": "object", "required": ["day", "time"],
+        "properties": {"day": {"type": "string", "enum": ["Monday", "Wednesday"]},
+                       "time": {"type": "string", "pattern": "^[0-9]{1,2} ?(am|pm)$"},
+                       "service": {"type": "string", "enum": ["haircut", ""]}}})
+    free = ToolSchema("list", "List them.", {"type": "object", "properties": {}})
+    engine = SimpleNamespace(ground_arguments=True, _caller_said=ChatEngine._caller_said)
+
+    def grounding(said: str) -> dict:
+        req = LLMRequest((ChatMessage("user", "Wednesday at 2 pm"), ChatMessage("assistant", "Sure."),
+                          ChatMessage("user", said)), tools=(move, free))
+        return ChatEngine._grounding(engine, req)
+    assert grounding("Move it to Wednesday at 2 pm") == {"move": True, "list": None}
+    # the recogniser lost "Wednesday": the day was not said in this message, so no call
+    assert grounding("Could I move my haircut to when they at 2 pm") == {"move": False, "list": None}
+    assert grounding("Move it to Monday") == {"move": False, "list": None}  # no time
+    engine.ground_arguments = False
+    assert grounding("Move it") == {"move": None, "list": None}

@@ -493,15 +493,17 @@ class ChatEngine:
 
     def _grounding(self, request: LLMRequest) -> dict[str, bool | None]:
         """Per callable tool, whether the caller's last message holds its required arguments
-        that have a ``pattern``: True (all said: an order number read out), False (one is
-        missing: called anyway, SmolLM2-135M wrote order "1234" for "I need to cancel my
-        consultation"), None (it has none, or ``ground_arguments`` is off)."""
+        that have a ``pattern`` or an ``enum``: True (all said: an order number read out),
+        False (one is missing: called anyway, SmolLM2-135M wrote order "1234" for "I need to
+        cancel my consultation", and a weekday of its own when the recogniser lost the caller's
+        "Wednesday"), None (it has none, or ``ground_arguments`` is off)."""
         said = self._caller_said(request) if self.ground_arguments else None
         out: dict[str, bool | None] = {}
         for t in request.callable_tools():
             props = (t.parameters or {}).get("properties") or {}
             need = [p for p in (props.get(k) or {} for k in (t.parameters or {}).get("required") or ())
-                    if p.get("pattern")]
+                    if p.get("pattern") or any(isinstance(v, str) and v.strip()
+                                               for v in p.get("enum") or ())]
             out[t.name] = None if said is None or not need else all(
                 grounded_values(p, said) for p in need)
         return out

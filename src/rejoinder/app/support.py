@@ -43,7 +43,9 @@ INSTRUCTIONS = (
     "caller gives an order number (a number alone is an order number), list_appointments to see "
     "their appointments, reschedule_appointment to move one, cancel_appointment to cancel one "
     "once the caller has confirmed. Reply in one or two short spoken sentences with the facts "
-    "from the tools. Never invent order numbers, dates, times or prices."
+    "from the tools. Never invent order numbers, dates, times or prices. When the caller only "
+    "greets or thanks you, answer in a few friendly words and ask how you can help. If they "
+    "ask for anything else, say you can only help with their orders and appointments."
 )
 
 
@@ -132,8 +134,11 @@ MOVE_EXAMPLES = ("Push my appointment to Tuesday at noon.", "Can we do Monday mo
                  "Could you shift my booking to Friday at two?")
 CANCEL_EXAMPLES = ("I won't make it, please call it off.", "Drop my booking.",
                    "Take my appointment off the schedule.")
-#: Caller utterances that need no tool, beside the gate's built-in small talk.
-TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "What can you do for me?"]
+#: Caller utterances that need no tool, beside the gate's built-in small talk: questions about
+#: the shop, and errands no tool does (the agent says it cannot help with them).
+TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "What can you do for me?",
+                 "Could you order me a pizza?", "Can you get me a flight to Denver?",
+                 "Please reset the password of my email."]
 
 
 @tool(reversible=True, timeout_s=2.0, examples=ORDER_EXAMPLES)
