@@ -31,7 +31,6 @@ class RepeatGuard:
 
     def __init__(self) -> None:
         self.said: set[tuple[str, ...]] = set()
-        self._prefixes: set[tuple[str, ...]] = set()
         self._sentence = ""  # the sentence being written: released text + held text
         self._held = ""  # its tail not yet released
         self.repeated: str | None = None  # the sentence that ended the reply, once it has
@@ -44,10 +43,10 @@ class RepeatGuard:
         while (m := _END.search(self._sentence)) is not None:
             sentence, rest = self._sentence[:m.end()], self._sentence[m.end():]
             words = _words(sentence)
-            if words in self.said and len(words) >= MIN_WORDS:
+            if words in self.said:
                 self.repeated = sentence.strip()
                 return out, True
-            out += self._held[:len(self._held) - len(rest)] if len(rest) <= len(self._held) else ""
+            out += self._held[:len(self._held) - len(rest)]  # rest began in this delta: held
             self._remember(words)
             self._sentence, self._held = rest, rest
         if not self._holding():
@@ -61,22 +60,19 @@ class RepeatGuard:
     def _holding_words(self, words: tuple[str, ...]) -> bool:
         if not words:
             return False
-        # its last word may still be growing ("confu" → "confusion")
-        if words in self._prefixes:
-            return True
+        # the same first words; its last word may still be growing ("confu" → "confusion")
         return any(p[:len(words) - 1] == words[:-1] and p[len(words) - 1].startswith(words[-1])
                    for p in self.said if len(p) >= len(words))
 
     def _remember(self, words: tuple[str, ...]) -> None:
         if len(words) >= MIN_WORDS:
             self.said.add(words)
-            self._prefixes.update(words[:k] for k in range(1, len(words) + 1))
 
     def flush(self) -> str:
         """The stream ended: the held text to say, unless it is a repeat or a repeat's start."""
         held, self._held = self._held, ""
         words = _words(self._sentence)
         self._sentence = ""
-        if self._holding_words(words) or (words in self.said and len(words) >= MIN_WORDS):
+        if self._holding_words(words):  # a repeat, or the start of one
             return ""
         return held
