@@ -134,8 +134,22 @@ async def test_a_new_call_starts_from_the_warm_system_turn_not_the_gates_prompt(
     out = await _run(gate_llm, req)
     assert isinstance(out[0], ToolDecision) and out[0].chosen is None
     stats = gate_llm.last_stats
-    assert stats.prompt > 200 and 0 < stats.prefilled < 40, stats
+    warm = len(gate_llm.engine._tokens(gate_llm.engine.system_prefix(SUPPORT.content, GATED)))
+    assert stats.prompt - stats.prefilled >= warm > 20 and 0 < stats.prefilled < 40, stats
     gate_llm.forget("NEW")
+
+
+def test_in_gate_mode_the_conversation_prompt_lists_no_tools_but_a_required_call_does(gate_llm):
+    """The gate decides with its own prompt; the conversation's prompt (and its warm-up prefix)
+    carries no tool list, unless a call is required; another mode lists the tools."""
+    engine = gate_llm.engine
+    auto = engine.prompt(_req("Check order 4217."))
+    assert "<tools>" not in auto and "lookup_order" not in auto
+    assert auto.startswith(engine.system_prefix(SUPPORT.content, GATED))
+    assert "<tools>" in engine.prompt(_req("Check order 4217.", tool_choice="required"))
+    gate_llm.tool_mode = "lazy"
+    assert "<tools>" in engine.prompt(_req("Check order 4217."))
+    assert "<tools>" in engine.system_prefix(SUPPORT.content, GATED)
 
 
 SPOKEN = tuple(ToolSchema(t.name, t.description, {**t.parameters, "properties": {"order_id": {

@@ -96,6 +96,8 @@ class LlamaLLM:
             (the best label of the gate's prompt).
         grounded_replies: a reply after a tool result uses only the results' words, the
             caller's, the instructions' and common words (default True; :mod:`._grounded`).
+        tools_in_prompt: list the tools in the conversation's system prompt (default None: in
+            every tool mode but ``"gate"``, whose gate has a prompt of its own; see ChatEngine).
         max_tool_calls: most calls in one assistant message (default 1).
         tool_call_tokens: least token budget of a tool call (default 128).
         cache_mb: budget of saved conversation KV states in MiB (default 512, ≈23 k tokens).
@@ -117,7 +119,8 @@ class LlamaLLM:
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  cache_mb: int = 512, flash_attn: bool = False,
                  tool_threshold: float | None = None, chat_format: str = "auto",
-                 tool_which: str = "examples", grounded_replies: bool = True) -> None:
+                 tool_which: str = "examples", grounded_replies: bool = True,
+                 tools_in_prompt: bool | None = None) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -149,7 +152,8 @@ class LlamaLLM:
                                  tool_threshold=threshold, threshold_source=source,
                                  chat_format=llama_format(self._llm, chat_format),
                                  embed=self._embed if tool_which == "examples" else None,
-                                 grounded_replies=grounded_replies)
+                                 grounded_replies=grounded_replies,
+                                 tools_in_prompt=tools_in_prompt)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
 
