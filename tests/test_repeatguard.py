@@ -44,34 +44,6 @@ def test_text_that_does_not_repeat_a_whole_sentence_passes_unchanged(tokens):
     assert (out, stop) == ("".join(tokens), False)
 
 
-PHRASE = "i'm sorry for your nothing but"
-
-
-def _words(text: str) -> list[str]:
-    return [" " + w if i else w for i, w in enumerate(text.split())]
-
-
-def test_a_phrase_looping_without_a_sentence_end_ends_the_reply_after_its_first_copy():
-    out, stop, guard = _run(_words(" ".join([PHRASE] * 3)))
-    assert stop and out.strip() == PHRASE  # the second copy was held back, never said
-    assert guard.repeated.startswith(PHRASE)
-
-
-def test_a_phrase_said_twice_by_the_token_limit_is_said_once():
-    out, stop, _ = _run(_words(f"{PHRASE} {PHRASE}"))
-    assert (out.strip(), stop) == (PHRASE, False)
-
-
-@pytest.mark.parametrize("text", [
-    "Your order 4 2 1 7 is a yoga mat and it is a yoga mat.",  # a repeat, not adjacent
-    "You have a haircut on Monday and a haircut on Friday.",
-    "It is four two, it is four two one seven.",  # a span twice, then left
-])
-def test_repeated_words_that_are_no_loop_are_released_unchanged(text):
-    out, stop, _ = _run(_words(text))
-    assert (out, stop) == (text, False)
-
-
 def test_a_sentence_that_begins_like_an_earlier_one_is_held_only_until_it_differs():
     guard = RepeatGuard()
     said = [guard.feed(t)[0] for t in ["Your order", " shipped.", " Your", " order", " of", " May."]]
