@@ -259,6 +259,36 @@ async def test_a_quick_tool_gets_no_filler_even_when_declared():
     assert {s.source for s in said} == {"llm"}
 
 
+async def test_the_llm_reading_the_results_counts_in_a_tool_rounds_expected_wait():
+    # a quick tool (50 ms, observed) but an LLM that takes 900 ms to read its result: the first
+    # round has nothing observed (no filler); the process's next one expects ≥ 900 ms and says
+    # a filler, marked; the time to the answer stays the LLM's
+    from rejoinder.respond import expected_reading_ms
+    llm = None
+    runs = []
+    for _ in range(2):  # two calls of one process: a clock each, the same LLM
+        clock = VirtualClock()
+        stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                           calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
+        if llm is None:
+            llm = stack.llm
+            llm.ttft_ms = 900.0
+            assert expected_reading_ms(llm) == 0.0
+        llm.clock, stack.llm = clock, llm
+        agent = slow_agent(clock, 50, None)
+        bus = EventBus()
+        said: list[SpeakableText] = []
+        bus.subscribe(lambda e, said=said: said.append(e) if isinstance(e, SpeakableText) else None)
+        res = await run_call([turn(tone(800))], stack, agent, clock=clock, tail_ms=4000, bus=bus)
+        runs.append((res.turns[0], [s.source for s in said]))
+    (first, src1), (second, src2) = runs
+    assert set(src1) == {"llm"} and src2[0] == "filler" and set(src2[1:]) == {"llm"}
+    # 900 ms to the first token, then tokens until the chunker has a first chunk
+    assert 900 <= expected_reading_ms(llm) < 1200
+    assert second.v2v_ms() < first.v2v_ms() - 500
+    assert second.time_to_answer_ms() == pytest.approx(first.time_to_answer_ms(), abs=300)
+
+
 def test_expected_latency_falls_back_to_the_observed_median():
     @tool
     def t() -> None:

@@ -263,6 +263,41 @@ async def test_greeting_opens_the_call_the_caller_waits_and_it_enters_the_contex
     assert stack.llm.requests[0].messages[1].content == "Thanks for calling. How can I help?"
 
 
+async def test_an_llm_that_can_prefill_gets_the_next_request_after_every_reply_heard():
+    """After the greeting and after each reply, the session hands an LLM with ``prefill`` the
+    next request with the caller's message still empty: the history as heard; the turn's own
+    request is that history plus the caller's words."""
+    from concurrent.futures import Future
+
+    from rejoinder.ports import ChatMessage
+
+    class PrefillingLLM(ScriptedLLM):
+        def prefill(self, request):
+            self.prefills.append(request)
+            fut: Future = Future()
+            fut.set_result(3)
+            return fut
+
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Check order 4217.", "Thanks."])
+    llm = PrefillingLLM(clock, ANSWER)
+    llm.prefills = []
+    stack.llm = llm
+    agent = scripted_agent(greeting="Thanks for calling. How can I help?")
+    res = await run_call([turn(tone(600)), turn(tone(400))], stack, agent, clock=clock,
+                         tail_ms=1500)
+    assert [r.status for r in res.turns] == ["completed", "completed"]
+    assert len(llm.prefills) == 3  # after the greeting and after each of the two replies
+    for pre in llm.prefills:
+        assert pre.messages[-1] == ChatMessage("user", "") and pre.cache_key == llm.requests[0].cache_key
+    assert llm.prefills[0].messages[-2].content == "Thanks for calling. How can I help?"
+    assert llm.prefills[1].messages[-2].content == "".join(ANSWER)
+    # the second turn's request is the prefilled one with the caller's words
+    second = llm.requests[-1]
+    assert second.messages[:-1] == llm.prefills[1].messages[:-1]
+    assert second.messages[-1] == ChatMessage("user", "Thanks.")
+
+
 async def test_caller_talking_over_the_greeting_cuts_it():
     clock = VirtualClock()
     stack = make_stack(clock, ["Check order 4217."])

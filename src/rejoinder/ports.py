@@ -255,6 +255,9 @@ class LLMPort(Protocol):
 
     # A backend that decides talk-or-call by scoring yields one :class:`ToolDecision` first;
     # one whose server reports its own timing yields one :class:`ServerTiming` last.
+    # A backend may also offer ``prefill(request) -> concurrent.futures.Future``: evaluate the
+    # next request (its last message the caller's, still empty) up to the caller's words while
+    # the caller speaks (``LlamaLLM.prefill``); the session calls it after every reply heard.
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,10 +99,13 @@ class FillerPolicy(BaseModel):
     V2V and time to answer. Two declared policies:
 
     * ``tools`` (on): when the LLM calls tools whose round is expected to take at least
-      ``tool_wait_ms`` more (each tool's declared ``latency_ms``, else the median of its
-      observed runs: :meth:`rejoinder.tools.Tool.expected_ms`), say a filler before waiting —
-      never for a tool that is known to be quick, nor one whose round is already over when the
-      reply gets there (a preemptive draft ran it);
+      ``tool_wait_ms`` more, say a filler before waiting. The round is the tools (each one's
+      declared ``latency_ms``, else the median of its observed runs:
+      :meth:`rejoinder.tools.Tool.expected_ms`) and then the LLM reading their results up to
+      its first words the speech side can say (the median this process observed for that LLM:
+      :func:`rejoinder.respond.expected_reading_ms`; 0 before its first tool round). Never for a
+      round known to be quick, nor one already over when the reply gets there (a preemptive
+      draft ran it);
     * ``enabled`` (off): a filler whenever no speakable text has come ``after_ms`` after the
       reply started, whatever the cause."""
 

@@ -35,10 +35,33 @@ from .ports import ChatMessage, LLMPort, ToolCall, ToolDecision
 from .repeatguard import RepeatGuard
 from .reply import RecoveryPolicy, Say
 from .stages import timed_llm, watch
+from .text import SpeakableChunker
 
 RECOVERY_LINE = "Sorry, I lost my train of thought. Could you say that again?"
 BACKGROUND_STARTED = {"status": "started", "result": "not yet: it comes in a later message; tell the "
                       "caller you are on it"}
+
+
+#: per LLM port (``id``), this process's last waits (ms, call clock) from a tool round's results
+#: to the first text of the reply that reads them which the speech side can speak (a
+#: :class:`~rejoinder.text.SpeakableChunker` chunk): the LLM's share of a tool round's wait,
+#: which the filler policy adds to the tools' own (:class:`rejoinder.reply.FillerPolicy`)
+_READING: dict[int, list[float]] = {}
+
+
+def expected_reading_ms(llm: LLMPort) -> float:
+    """The median of the last (≤ 16) observed waits from tool results to speakable text for
+    ``llm`` in this process (ms); 0.0 before the first tool round."""
+    xs = sorted(_READING.get(id(llm), ()))
+    return xs[len(xs) // 2] if xs else 0.0
+
+
+def _observe_reading(llm: LLMPort, ms: float) -> None:
+    xs = _READING.setdefault(id(llm), [])
+    xs.append(float(ms))
+    del xs[:-16]
+    while len(_READING) > 64:
+        del _READING[next(iter(_READING))]
 
 
 class _Pace:
@@ -98,6 +121,10 @@ class Draft:
         self.llm_requests = 0
         self.tokens = 0
         self.task: asyncio.Task | None = None  # set by the session that runs it
+        # after a tool round: when its results were ready, and the chunker that tells when the
+        # reply reading them first has speakable text (expected_reading_ms)
+        self._results_at: float | None = None
+        self._reading = SpeakableChunker()
         self._tool_tasks: list[asyncio.Task] = []
         self._items: list[Say] = []
         self._wake = asyncio.Event()
@@ -218,7 +245,9 @@ class Draft:
             if not calls:
                 break
             tools = [self.pos.agent.tools.get(c.name) for c in calls]
-            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
+            # the round: the tools, then the LLM reading their results up to words it can say
+            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None) + \
+                expected_reading_ms(self.llm)
             self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now()))
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
             for call, tool in zip(calls, tools):
@@ -260,6 +289,8 @@ class Draft:
                 if run.held:
                     q = str(run.result.get(CONFIRM_KEY, "")).strip()
                     self._question = q[:1].upper() + q[1:]
+            self._results_at = self.conv.st.now()
+            self._reading.flush()
         if self.ending is not None:
             if self.ending.say or not any(s.text.strip() for s in self.steps[self._ending_at:]):
                 source = "goodbye" if isinstance(self.ending, HangUp) else "transfer"
@@ -305,10 +336,16 @@ class Draft:
                     st.emit(LlmToken(delta, st.now(), st.call_id, self.turn_id))
                     said, repeat = self._repeats.feed(delta)
                     self._say(step, said)
+                    if self._results_at is not None and self._reading.push(delta):
+                        _observe_reading(self.llm, st.now() - self._results_at)
+                        self._results_at = None
                     if repeat:  # a loop: the reply ends before the repeated sentence
                         self._recovered("stop_repeat", f"the LLM repeated {self._repeats.repeated!r}")
                         return calls
                 self._say(step, self._repeats.flush())
+                if self._results_at is not None and step.text.strip():  # all of it one chunk
+                    _observe_reading(self.llm, st.now() - self._results_at)
+                self._results_at = None
                 return calls
             except (asyncio.CancelledError, GeneratorExit):
                 raise

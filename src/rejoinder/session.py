@@ -37,7 +37,7 @@ from .ending import CallEnder
 from .events import AgentSpeech, ErrorEvent, TranscriptEvent, TurnDecision
 from .flow import Transfer
 from .line import Playout, ReplyAudio
-from .ports import STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
+from .ports import ChatMessage, STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply, Say
 from .respond import Draft
 from .sounds import Heard, level_dbfs, overlap_verdict
@@ -552,12 +552,31 @@ class Session:
         else:
             self.conv.add_heard(audio.turn_id, user_text, steps, heard, by_step=by_step,
                                 cut=interrupted)
+            self._prefill_next()
         self._agent_said = heard if interrupted else (reply.full_text if reply else heard)
         if not interrupted:
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
             self._try_follow_up()
         self.ender.reply_done(audio.turn_id, interrupted, self.st.now())
+
+    def _prefill_next(self) -> None:
+        """The context now holds what the caller heard: an LLM that can (``prefill``, e.g.
+        :meth:`rejoinder.adapters.llama_llm.LlamaLLM.prefill`) evaluates the next request's
+        prompt up to the caller's words while the caller speaks. Its time is the caller's, not
+        the reply's: the next turn's ``tool_choice`` and ``llm_ttft`` segments measure what is
+        left (only the caller's words), and a request made meanwhile queues behind it."""
+        prefill = getattr(self.stack.llm, "prefill", None) if self.stack.llm is not None else None
+        if prefill is None or self.ender.pending is not None:
+            return
+        request = self.conv.request([ChatMessage("user", "")], final_step=False)
+        asyncio.wrap_future(prefill(request)).add_done_callback(self._prefilled)
+
+    def _prefilled(self, fut: asyncio.Future) -> None:
+        exc = None if fut.cancelled() else fut.exception()
+        if exc is not None:  # the turn's own request meets the same error and reports it
+            self.st.emit(ErrorEvent("llm", f"prefill: {exc!r}", True, self.st.now(),
+                                    self.st.call_id, 0))
 
     async def close(self) -> None:
         """Cancel everything still running for this call and wait for it. A reply still playing

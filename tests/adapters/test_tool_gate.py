@@ -139,6 +139,44 @@ async def test_a_new_call_starts_from_the_warm_system_turn_not_the_gates_prompt(
     gate_llm.forget("NEW")
 
 
+async def test_prefill_while_the_caller_speaks_leaves_the_request_only_the_callers_words(gate_llm):
+    """``prefill`` evaluates the next request up to the caller's words, in the gate's KV state
+    and the conversation's; the request then prefills only the caller's words, and decides and
+    answers as the same request of a twin conversation that was not prefilled."""
+    import asyncio
+
+    said = {}
+    for key in ("PF", "TWIN"):  # two conversations with the same first turn
+        first = _req("Hello there.", tool_threshold=1e6, cache_key=key)
+        said[key] = "".join(x for x in await _run(gate_llm, first) if isinstance(x, str))
+    assert said["PF"] == said["TWIN"]
+    history = (*first.messages, ChatMessage("assistant", said["PF"]))
+
+    def nxt(text: str, key: str) -> LLMRequest:
+        return LLMRequest((*history, ChatMessage("user", text)), tools=GATED, temperature=0.0,
+                          max_tokens=12, cache_key=key, tool_threshold=1e6)  # it talks
+
+    n = await asyncio.wrap_future(gate_llm.prefill(nxt("", "PF")))
+    agent_words = len(gate_llm.engine._tokens(said["PF"], bos=False))
+    # the gate's query up to the caller (the agent's words are new to it); the conversation
+    # holds the reply it generated and adds only the turn markers
+    assert agent_words < n < agent_words + 16
+    assert await asyncio.wrap_future(gate_llm.prefill(nxt("", "PF"))) == 0  # already held
+    words = "Good, thank you."
+    primed = await _run(gate_llm, nxt(words, "PF"))
+    caller = len(gate_llm.engine._tokens(words, bos=False))
+    # the caller's words, the turn's end and the open assistant turn (≈ 7 markers)
+    assert 0 < gate_llm.last_stats.prefilled <= caller + 8, gate_llm.last_stats
+    twin = await _run(gate_llm, nxt(words, "TWIN"))
+    assert gate_llm.last_stats.prefilled > caller + 8
+    (a, *rest_a), (b, *rest_b) = primed, twin
+    assert isinstance(a, ToolDecision) and a.chosen is None is b.chosen
+    assert a.scores == pytest.approx(b.scores, abs=0.05)
+    assert rest_a == rest_b and "".join(rest_a).strip()
+    gate_llm.forget("PF")
+    gate_llm.forget("TWIN")
+
+
 def test_in_gate_mode_the_conversation_prompt_lists_no_tools_but_a_required_call_does(gate_llm):
     """The gate decides with its own prompt; the conversation's prompt (and its warm-up prefix)
     carries no tool list, unless a call is required; another mode lists the tools."""

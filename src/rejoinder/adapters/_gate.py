@@ -48,6 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..ports import ChatMessage, ToolSchema
+from ._kvcache import extend
 
 NONE_LABEL = "none"
 
@@ -236,6 +237,18 @@ class LabelGate:
             out[lab] = lp
         _truncate(llm, start)
         return out
+
+    def prime(self, llm: Any, messages: Sequence[ChatMessage]) -> int:
+        """Evaluate the query of the next decision up to the caller's words, while the caller
+        speaks: the few-shot prompt, then ``Assistant: <the agent's last words>`` and
+        ``Caller:`` (``messages``: the coming request, its last message the caller's, still
+        empty). The decision then evaluates only the caller's words and ``Label:``. Returns
+        the tokens evaluated (blocking; the caller holds the model's lock with the gate's cache
+        key active)."""
+        said, _ = self.context(messages)
+        text = self.prefix + self._block(said, "\x00").split("\x00", 1)[0].rstrip()
+        tokens = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        return extend(llm, tokens[:-1])  # the last token may merge with the caller's words
 
     def warm(self, llm: Any) -> None:
         """Evaluate the few-shot prompt and the content-free bias on ``llm`` (blocking; the

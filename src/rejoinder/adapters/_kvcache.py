@@ -72,6 +72,26 @@ def reuse_shifted(llm: Any, tokens: list[int], min_chunk: int = 32) -> int:
     return m
 
 
+def extend(llm: Any, tokens: list[int]) -> int:
+    """Bring ``llm``'s context to hold exactly ``tokens`` (a prompt's head), reusing the cached
+    common prefix (and a shifted chunk: :func:`reuse_shifted`) and evaluating the rest in
+    ``n_batch`` batches; what followed the common prefix is dropped. Returns the number of tokens
+    evaluated. A later prompt that starts with ``tokens`` then only prefills what follows them
+    (llama-cpp-python's ``generate`` reuses the longest common prefix)."""
+    if not tokens:
+        return 0
+    reuse_shifted(llm, tokens)
+    p = common_prefix(llm.input_ids[: llm.n_tokens], np.asarray(tokens, dtype=np.int32))
+    if p >= len(tokens):
+        return 0
+    llm._ctx.kv_cache_seq_rm(-1, p, -1)
+    llm.n_tokens = p
+    n_batch = max(1, int(llm.n_batch))
+    for i in range(p, len(tokens), n_batch):
+        llm.eval(tokens[i:i + n_batch])
+    return len(tokens) - p
+
+
 @dataclass
 class _Saved:
     tokens: np.ndarray  # token ids whose KV is in ``data`` (positions 0..n-1)

@@ -27,7 +27,7 @@ from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_grammar, reply_vocabulary
 from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
-from ._kvcache import common_prefix, reuse_shifted
+from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, call_grammar, check_tool_choice, json_complete,
                         grounded_values, names_grammar, object_plan,
@@ -441,6 +441,24 @@ class ChatEngine:
             tail = scanner.flush()
             if tail:
                 yield tail
+
+    def prefill(self, request: LLMRequest) -> int:
+        """Evaluate the conversation's prompt of ``request`` (its last message the caller's,
+        still empty: the next turn's request, built while the caller speaks) up to where the
+        caller's words go, so that the request itself only prefills them. Returns the tokens
+        evaluated (blocking; the caller holds the model's lock with the conversation's cache key
+        active). 0 when the format puts nothing before the caller's words that is not already
+        cached."""
+        last = request.messages[-1] if request.messages else None
+        if last is None or last.role != "user":
+            return 0
+        mark = "\x00"
+        probe = replace(request, messages=(*request.messages[:-1], replace(last, content=mark)))
+        text = self.prompt(probe)
+        if mark not in text:
+            return 0
+        tokens = self._tokens(text.split(mark, 1)[0])
+        return extend(self._llm, tokens[:-1])  # the last token may merge with the caller's words
 
     def gate_for(self, tools: tuple[ToolSchema, ...], talk_examples: tuple[str, ...] = ()) -> LabelGate:
         """The tool gate of ``tools`` and ``talk_examples`` (kept per tool set)."""
