@@ -13,6 +13,7 @@ from rejoinder.clock import VirtualClock
 from rejoinder.completeness import read_transcript
 from rejoinder.events import EventBus, SpeakableText, Speculation
 from rejoinder.ports import ToolCall
+from rejoinder.reply import FillerPolicy
 from rejoinder.speculation import same_request, saved_ms
 from rejoinder.timeline import TurnRecord
 from rejoinder.tools import tool
@@ -228,7 +229,8 @@ def slow_agent(clock: VirtualClock, tool_ms: float, latency_ms: float | None) ->
     return Agent("You are a test agent.", tools=[lookup_order])
 
 
-async def tool_call(latency_ms: float | None, tool_ms: float = 1000):
+async def tool_call(latency_ms: float | None, tool_ms: float = 1000,
+                    filler: FillerPolicy | None = None):
     clock = VirtualClock()
     said: list[SpeakableText] = []
     bus = EventBus()
@@ -236,7 +238,7 @@ async def tool_call(latency_ms: float | None, tool_ms: float = 1000):
     stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
                        calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
     res = await run_call([turn(tone(800))], stack, slow_agent(clock, tool_ms, latency_ms),
-                         clock=clock, tail_ms=3000, bus=bus)
+                         clock=clock, tail_ms=3000, bus=bus, filler=filler)
     [row] = res.silence_metrics()
     return res, said, row
 
@@ -248,21 +250,64 @@ async def test_a_slow_tool_gets_a_marked_filler_and_a_shorter_longest_silence():
     rec = res.turns[0]
     assert rec.time_to_answer_ms() > rec.v2v_ms()  # the filler is not the answer
     assert row["tools"] and row["longest_silence_ms"] < 1000
-    # without a declared latency (and no runs observed yet) there is no filler: dead air
-    _, said, quiet = await tool_call(latency_ms=None)
+    # without a declared latency (and no runs observed yet) the tool's share is unknown: with
+    # no reading prior either there is no filler, and the caller hears dead air
+    _, said, quiet = await tool_call(latency_ms=None, filler=FillerPolicy(reading_prior_ms=0))
     assert {s.source for s in said} == {"llm"}
     assert quiet["longest_silence_ms"] > 1500  # endpointing, STT, tool choice, tool, answer
+    # a reading prior (the LLM's reading, not yet observed in the process) says the filler
+    _, said, prior = await tool_call(latency_ms=None, filler=FillerPolicy(reading_prior_ms=700))
+    assert [s.source for s in said][0] == "filler"
+    assert prior["longest_silence_ms"] < quiet["longest_silence_ms"] - 300
 
 
-async def test_a_quick_tool_gets_no_filler_even_when_declared():
-    _, said, row = await tool_call(latency_ms=100, tool_ms=100)
+async def test_a_quick_round_gets_no_filler_even_when_declared():
+    # a quick tool and an LLM expected to read its result quickly: 100 + 300 ms < 600 ms
+    _, said, row = await tool_call(latency_ms=100, tool_ms=100,
+                                   filler=FillerPolicy(reading_prior_ms=300))
     assert {s.source for s in said} == {"llm"}
+    # the same tool with a 700 ms reading prior (800 ms expected) gets a filler
+    _, said, row = await tool_call(latency_ms=100, tool_ms=100,
+                                   filler=FillerPolicy(reading_prior_ms=700))
+    assert [s.source for s in said][0] == "filler"
+
+
+async def test_an_llm_that_declares_its_reading_prior_gets_a_filler_on_its_first_round():
+    from rejoinder.respond import expected_reading_ms
+    clock = VirtualClock()
+    stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                       calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
+    assert expected_reading_ms(stack.llm) is None  # nothing observed, nothing declared
+    stack.llm.reading_prior_ms = 700.0  # as LlamaLLM declares
+    assert expected_reading_ms(stack.llm) == 700.0
+    bus = EventBus()
+    said: list[SpeakableText] = []
+    bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
+    await run_call([turn(tone(800))], stack, slow_agent(clock, 50, None), clock=clock,
+                   tail_ms=3000, bus=bus)
+    assert [s.source for s in said][0] == "filler"
+    # once observed, the median replaces the declared prior (the fake reads at once)
+    assert expected_reading_ms(stack.llm) < 300
+
+
+async def test_a_call_control_round_is_never_filled():
+    from rejoinder.calltools import end_call
+    clock = VirtualClock()
+    stack = make_stack(clock, ["That's all, bye."], eot_prob=0.95, tokens=["Goodbye!"],
+                       calls=[ToolCall("", "end_call", {})])
+    bus = EventBus()
+    said: list[SpeakableText] = []
+    bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
+    res = await run_call([turn(tone(800))], stack, Agent("You are a test agent.", tools=[end_call()]),
+                         clock=clock, tail_ms=3000, bus=bus, filler=FillerPolicy(reading_prior_ms=5000))
+    assert said and "filler" not in {s.source for s in said}
+    assert res.hangup == "end_call"
 
 
 async def test_the_llm_reading_the_results_counts_in_a_tool_rounds_expected_wait():
     # a quick tool (50 ms, observed) but an LLM that takes 900 ms to read its result: the first
-    # round has nothing observed (no filler); the process's next one expects ≥ 900 ms and says
-    # a filler, marked; the time to the answer stays the LLM's
+    # round has nothing observed (no filler, with no reading prior); the process's next one
+    # expects ≥ 900 ms and says a filler, marked; the time to the answer stays the LLM's
     from rejoinder.respond import expected_reading_ms
     llm = None
     runs = []
@@ -273,13 +318,14 @@ async def test_the_llm_reading_the_results_counts_in_a_tool_rounds_expected_wait
         if llm is None:
             llm = stack.llm
             llm.ttft_ms = 900.0
-            assert expected_reading_ms(llm) == 0.0
+            assert expected_reading_ms(llm) is None
         llm.clock, stack.llm = clock, llm
         agent = slow_agent(clock, 50, None)
         bus = EventBus()
         said: list[SpeakableText] = []
         bus.subscribe(lambda e, said=said: said.append(e) if isinstance(e, SpeakableText) else None)
-        res = await run_call([turn(tone(800))], stack, agent, clock=clock, tail_ms=4000, bus=bus)
+        res = await run_call([turn(tone(800))], stack, agent, clock=clock, tail_ms=4000, bus=bus,
+                             filler=FillerPolicy(reading_prior_ms=0))
         runs.append((res.turns[0], [s.source for s in said]))
     (first, src1), (second, src2) = runs
     assert set(src1) == {"llm"} and src2[0] == "filler" and set(src2[1:]) == {"llm"}
@@ -333,3 +379,31 @@ async def test_a_confident_commit_inside_a_number_is_retracted_not_a_cut_off():
     assert (m["utterances"], m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (1, 0, 0, 1)
     assert m["delays_ms"] == [pytest.approx(r.stamps["eot_decided"] - r.stamps["user_speech_end"])]
     assert len(stack.llm.requests) == 1  # no LLM work on the retracted commits
+
+
+async def test_the_text_reading_a_tool_rounds_results_starts_with_a_short_first_chunk():
+    # the same run-on clause: as a reply's own first chunk it may hold 10 words; read after a
+    # tool round (the caller has waited through it) the first chunk holds at most 6
+    from rejoinder.reply import AFTER_TOOLS_FIRST_WORDS
+    text = ("The wireless headphones of order 4217 were shipped on Friday and should arrive "
+            "on Wednesday.")
+    tokens = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+
+    async def first_llm_chunk(calls):
+        clock = VirtualClock()
+        stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                           tokens=tokens, calls=calls)
+        bus = EventBus()
+        said: list[SpeakableText] = []
+        bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
+        await run_call([turn(tone(800))], stack, slow_agent(clock, 50, None), clock=clock,
+                       tail_ms=4000, bus=bus, filler=FillerPolicy(tools=False))
+        llm = [s.text for s in said if s.source == "llm" and s.text.strip()]
+        assert "".join(llm).split() == text.split()  # nothing added, dropped or reordered
+        return llm[0].split()
+
+    own = await first_llm_chunk(None)
+    after = await first_llm_chunk([ToolCall("", "lookup_order", {"order_id": "4217"})])
+    assert own == text.split()[:10]  # the reply's own budget: 10 words
+    # "order 4217" is not cut apart (a name and its numeral): the chunk ends before it
+    assert len(after) <= AFTER_TOOLS_FIRST_WORDS and after == text.split()[:4]

@@ -274,9 +274,10 @@ async def test_filler_is_declared_marked_and_time_to_answer_is_reported_beside_v
     rec = res.turns[0]
     assert rec.stamps["answer_start"] > rec.stamps["playback_start"]
     assert rec.time_to_answer_ms() - rec.v2v_ms() >= 1000  # the tool kept the answer waiting
-    # without the policy, nothing is said until the answer: V2V is time to answer
+    # with neither policy, nothing is said until the answer: V2V is time to answer
     clock = VirtualClock()
     stack = make_stack(clock, ["Where is order 4217?"], tokens=TOKENS, calls=lookup())
-    res, _, events = await run(stack, clock, _agent_with(lookup_order))
+    res, _, events = await run(stack, clock, _agent_with(lookup_order),
+                               filler=FillerPolicy(tools=False))
     assert {e.source for e in events if isinstance(e, SpeakableText)} == {"llm"}
     assert res.turns[0].time_to_answer_ms() == res.turns[0].v2v_ms()

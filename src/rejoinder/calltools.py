@@ -52,7 +52,7 @@ def end_call(*, name: str = "end_call", say: str | None = None,
         return HangUp("end_call", say=say, result={"status": "the call ends after your goodbye"})
     run.__name__ = name
     return Tool(run, name=name, description=description, reversible=False, timeout_s=1.0,
-                examples=examples, not_on_question=True)
+                examples=examples, not_on_question=True, filler=False)
 
 
 def transfer_to_human(target: str | None = None, *, name: str = "transfer_to_human",
@@ -68,7 +68,7 @@ def transfer_to_human(target: str | None = None, *, name: str = "transfer_to_hum
                         result={"status": "the call is transferred after your next sentence"})
     run.__name__ = name
     return Tool(run, name=name, description=description, reversible=False, timeout_s=1.0,
-                examples=examples)
+                examples=examples, filler=False)
 
 
 def go_to(step: str, *, name: str | None = None, description: str | None = None,

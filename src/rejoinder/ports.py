@@ -258,6 +258,8 @@ class LLMPort(Protocol):
     # A backend may also offer ``prefill(request) -> concurrent.futures.Future``: evaluate the
     # next request (its last message the caller's, still empty) up to the caller's words while
     # the caller speaks (``LlamaLLM.prefill``); the session calls it after every reply heard.
+    # A ``reading_prior_ms`` attribute (float) is its expected wait from tool results to its
+    # first speakable words before any is observed (the filler policy's; LlamaLLM's).
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,10 +57,13 @@ class Say:
     """Text for the speech side. ``source`` tells who wrote it: ``"llm"``, or words the runtime
     says on its own (``"greeting"``, ``"filler"``, ``"recovery"``, ``"idle"``). ``flush`` ends the
     current chunk (a tool round is coming: speak what is pending now); ``wait_ms`` is then the
-    round's expected duration (the tools' declared or observed latency, :meth:`Tool.expected_ms`),
-    written at ``at_ms`` (call clock, ms) — what the speech side's filler policy decides on.
+    round's expected duration (the tools' declared or observed latency, :meth:`Tool.expected_ms`;
+    ``reading_ms`` the LLM's expected wait to read the results up to words it can say, None
+    when this process has not observed one yet), written at ``at_ms`` (call clock, ms) — what the speech side's filler policy decides on.
     ``step``: the index of the LLM step that wrote it (:class:`rejoinder.conversation.Step`), so
-    that what the caller heard goes back to the step that wrote it."""
+    that what the caller heard goes back to the step that wrote it. ``tools``: with flush, the
+    flush is a tool round's (not a retry's): the text that reads its results starts with a
+    tighter first chunk (:data:`AFTER_TOOLS_FIRST_WORDS`)."""
 
     text: str
     source: str = "llm"
@@ -69,6 +72,8 @@ class Say:
     wait_ms: float = 0.0  # with flush: the tool round coming is expected to take this long
     at_ms: float = 0.0    # when the item was written (call clock)
     resume: bool = False  # what follows continues the reply after a recovery (an LLM retry)
+    tools: bool = False   # with flush: a tool round that may be filled (results read next)
+    reading_ms: float | None = None  # with tools: the LLM's expected reading wait (None: unknown)
 
 
 class RecoveryPolicy(BaseModel):
@@ -103,7 +108,10 @@ class FillerPolicy(BaseModel):
       declared ``latency_ms``, else the median of its observed runs:
       :meth:`rejoinder.tools.Tool.expected_ms`) and then the LLM reading their results up to
       its first words the speech side can say (the median this process observed for that LLM:
-      :func:`rejoinder.respond.expected_reading_ms`; 0 before its first tool round). Never for a
+      :func:`rejoinder.respond.expected_reading_ms`; before its first tool round in the
+      process, the LLM adapter's declared ``reading_prior_ms``, else this policy's, so that the
+      first lookup of a process is not dead air). Never for a call-control round
+      (``Tool.filler`` False: ``end_call``, ``transfer_to_human``), a
       round known to be quick, nor one already over when the reply gets there (a preemptive
       draft ran it);
     * ``enabled`` (off): a filler whenever no speakable text has come ``after_ms`` after the
@@ -117,6 +125,10 @@ class FillerPolicy(BaseModel):
                         "at least tool_wait_ms")
     tool_wait_ms: float = Field(600.0, gt=0, description="expected remaining tool wait (ms) "
                                 "that calls for a filler")
+    reading_prior_ms: float = Field(0.0, ge=0, description="the LLM's wait (ms) from a tool "
+                                    "round's results to its first speakable words, assumed until "
+                                    "this process has observed one, when the LLM adapter declares "
+                                    "none (LlamaLLM declares 700)")
     phrases: tuple[str, ...] = ("One moment.",)
 
 
@@ -177,6 +189,16 @@ LEAD_MARGIN_MS = 15.0  # kept before the first voiced sample so the onset is not
 #: instead of waiting for its sentence's end: more than a clause's synthesis (Piper ≈ 100–300 ms
 #: on 2 cores, ../shared/MODELS.md), so the next audio is ready before the line goes quiet
 RUN_DRY_MS = 600.0
+#: the first-chunk budget (words, characters) of the text that reads a tool round's results
+#: (:class:`~rejoinder.text.SpeakableChunker` ``first_max_words``/``first_max_chars``; a reply's
+#: own first chunk has 10 and 60). The caller has already waited through the round (or heard a
+#: filler and is waiting on): six words are about 2 s of speech, enough to cover the rest of the
+#: clause's generation and synthesis, and Piper's time to first audio grows with the characters.
+#: Measured on the bundled call's order lookup (bench/v2v.py, 2-core CPU): the first chunk
+#: "The wireless headphones of order 4217 were shipped on Friday," held the answer about 330 ms
+#: of decoding and 280–400 ms of synthesis after the results were read.
+AFTER_TOOLS_FIRST_WORDS = 6
+AFTER_TOOLS_FIRST_CHARS = 40
 
 
 def _leading_silence(pcm: np.ndarray, rate: int) -> int:
@@ -251,6 +273,9 @@ class Reply:
                     for chunk in chunker.flush():
                         put(chunk, source, step)
                     source = item.source
+                    if item.flush and item.tools:  # the results are read next: speak them soon
+                        chunker = SpeakableChunker(first_max_words=AFTER_TOOLS_FIRST_WORDS,
+                                                   first_max_chars=AFTER_TOOLS_FIRST_CHARS)
                 resume[0] = resume[0] or item.resume
                 if item.text.strip():
                     step = item.step
@@ -273,9 +298,10 @@ class Reply:
 
     def _long_wait(self, item: "Say") -> bool:
         """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more."""
-        if not self.filler.tools or item.wait_ms <= 0:
+        if not self.filler.tools or not item.tools:
             return False
-        return item.at_ms + item.wait_ms - self.st.now() >= self.filler.tool_wait_ms
+        reading = self.filler.reading_prior_ms if item.reading_ms is None else item.reading_ms
+        return item.at_ms + item.wait_ms + reading - self.st.now() >= self.filler.tool_wait_ms
 
     async def _with_filler(self, items: AsyncIterable["Say"]):
         """``items``, with a filler phrase inserted when no text has come ``filler.after_ms``

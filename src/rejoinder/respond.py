@@ -24,6 +24,7 @@ timeline, so the caller never waits in silence.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from dataclasses import replace
 from typing import Callable
 
@@ -33,7 +34,7 @@ from .agent import load_agent
 from .flow import HangUp, Transfer, move
 from .ports import ChatMessage, LLMPort, ToolCall, ToolDecision
 from .repeatguard import RepeatGuard
-from .reply import RecoveryPolicy, Say
+from .reply import AFTER_TOOLS_FIRST_CHARS, AFTER_TOOLS_FIRST_WORDS, RecoveryPolicy, Say
 from .stages import timed_llm, watch
 from .text import SpeakableChunker
 
@@ -42,22 +43,44 @@ BACKGROUND_STARTED = {"status": "started", "result": "not yet: it comes in a lat
                       "caller you are on it"}
 
 
-#: per LLM port (``id``), this process's last waits (ms, call clock) from a tool round's results
-#: to the first text of the reply that reads them which the speech side can speak (a
-#: :class:`~rejoinder.text.SpeakableChunker` chunk): the LLM's share of a tool round's wait,
-#: which the filler policy adds to the tools' own (:class:`rejoinder.reply.FillerPolicy`)
-_READING: dict[int, list[float]] = {}
+#: per LLM port (``id``, with a weak reference that tells a recycled ``id`` from the port it
+#: was: an observation never outlives its port), this process's last waits (ms, call clock)
+#: from a tool round's results to the first text of the reply that reads them which the speech
+#: side can speak (a :class:`~rejoinder.text.SpeakableChunker` chunk): the LLM's share of a tool
+#: round's wait, which the filler policy adds to the tools' own
+#: (:class:`rejoinder.reply.FillerPolicy`)
+_READING: dict[int, tuple[Callable[[], object] | None, list[float]]] = {}
 
 
-def expected_reading_ms(llm: LLMPort) -> float:
+def _readings(llm: LLMPort) -> list[float] | None:
+    entry = _READING.get(id(llm))
+    if entry is None or (entry[0] is not None and entry[0]() is not llm):
+        return None
+    return entry[1]
+
+
+def expected_reading_ms(llm: LLMPort) -> float | None:
     """The median of the last (≤ 16) observed waits from tool results to speakable text for
-    ``llm`` in this process (ms); 0.0 before the first tool round."""
-    xs = sorted(_READING.get(id(llm), ()))
-    return xs[len(xs) // 2] if xs else 0.0
+    ``llm`` in this process (ms); before its first tool round, the port's own declared
+    ``reading_prior_ms`` (e.g. :attr:`rejoinder.adapters.llama_llm.LlamaLLM.reading_prior_ms`),
+    else None (the filler policy then assumes
+    :attr:`rejoinder.reply.FillerPolicy.reading_prior_ms`)."""
+    xs = sorted(_readings(llm) or ())
+    if xs:
+        return xs[len(xs) // 2]
+    prior = getattr(llm, "reading_prior_ms", None)
+    return float(prior) if isinstance(prior, (int, float)) else None
 
 
 def _observe_reading(llm: LLMPort, ms: float) -> None:
-    xs = _READING.setdefault(id(llm), [])
+    xs = _readings(llm)
+    if xs is None:
+        try:
+            ref: Callable[[], object] | None = weakref.ref(llm)
+        except TypeError:  # a port without weak references (__slots__): the id alone
+            ref = None
+        xs = []
+        _READING[id(llm)] = (ref, xs)
     xs.append(float(ms))
     del xs[:-16]
     while len(_READING) > 64:
@@ -124,7 +147,8 @@ class Draft:
         # after a tool round: when its results were ready, and the chunker that tells when the
         # reply reading them first has speakable text (expected_reading_ms)
         self._results_at: float | None = None
-        self._reading = SpeakableChunker()
+        self._reading = SpeakableChunker(first_max_words=AFTER_TOOLS_FIRST_WORDS,
+                                         first_max_chars=AFTER_TOOLS_FIRST_CHARS)
         self._tool_tasks: list[asyncio.Task] = []
         self._items: list[Say] = []
         self._wake = asyncio.Event()
@@ -246,9 +270,12 @@ class Draft:
                 break
             tools = [self.pos.agent.tools.get(c.name) for c in calls]
             # the round: the tools, then the LLM reading their results up to words it can say
-            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None) + \
-                expected_reading_ms(self.llm)
-            self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now()))
+            # (a call-control round, Tool.filler False, is never filled: the goodbye or the
+            # transfer line comes next, not a wait)
+            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
+            fill = all(t is None or t.filler for t in tools)
+            self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now(), tools=fill,
+                          reading_ms=expected_reading_ms(self.llm)))
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
             for call, tool in zip(calls, tools):
                 if not (tool and tool.reversible):

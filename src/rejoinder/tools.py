@@ -118,10 +118,13 @@ class Tool:
                  compensate: Callable[..., Any] | None = None,
                  examples: Iterable[str] = (), background: bool = False,
                  latency_ms: float | None = None, not_on_question: bool = False,
+                 filler: bool = True,
                  confirm: Callable[..., Any] | None = None) -> None:
         """``latency_ms``: how long one run is expected to take (ms), when known; else the
         median of its last runs in this process (:meth:`expected_ms`). A runtime filler
         (:class:`rejoinder.reply.FillerPolicy`) is said only when this wait is long.
+        ``filler``: a runtime filler may be said before a round that calls it (False for
+        call control, whose goodbye or transfer line comes next: ``end_call``).
         ``not_on_question``: the tool is not offered (``LLMRequest.allowed_tools``) for a reply
         to a caller's message that ends with a question mark (``end_call``: a caller who asks
         something wants an answer, not a hang-up).
@@ -141,6 +144,7 @@ class Tool:
         self.timeout_s = timeout_s
         self.latency_ms = latency_ms
         self.not_on_question = bool(not_on_question)
+        self.filler = bool(filler)
         self._observed: list[float] = []  # the last runs' durations (ms, call clock)
         if compensate is not None and not callable(compensate):
             raise ConfigError(f"tool {self.name!r}: compensate must be callable")

@@ -111,6 +111,12 @@ class LlamaLLM:
     """
 
     provider = "llama.cpp"  # OpenTelemetry gen_ai.provider.name
+    #: expected wait (ms) from a tool round's results to the reply's first speakable words until
+    #: the runtime has observed one (:func:`rejoinder.respond.expected_reading_ms`): the call
+    #: and result (about 120 tokens on the bundled lookup) are prefilled at about 4-5 ms a token
+    #: on 2 cores, then the first clause is decoded. SmolLM2-135M took 650-1,000 ms there
+    #: (bench/v2v.py); a larger model takes longer, which the observed median then says
+    reading_prior_ms = 700.0
 
     def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 8192,
                  n_threads: int = 2, n_batch: int = 256, seed: int = 0,
