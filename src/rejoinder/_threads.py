@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import AsyncIterator, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -96,3 +97,41 @@ class _Raised:
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+
+class CoreClaims:
+    """Model work that wants a core to itself while it runs, counted process-wide.
+
+    A Piper synthesis (one onnxruntime thread) claims a core for as long as it runs; llama.cpp's
+    token-by-token decoding (``n_threads`` threads, a barrier after every graph node) then
+    decodes with one thread fewer per claim (never under one) and takes its threads back when
+    the claims end (:meth:`rejoinder.adapters._llama_engine.ChatEngine.fit_threads`). Why:
+    with both on a 2-core machine, three busy threads share two cores; a llama.cpp thread that
+    is descheduled holds its partner at the barrier, and tokens that took 11 ms took 165-198 ms
+    while Piper synthesised beside them, and Piper's own first audio slowed too (bench/v2v.py,
+    2026-12-03). Prompt evaluation (batches, compute-bound) keeps all its threads.
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> int:
+        """Claims held now (≥ 0)."""
+        return self._n
+
+    @contextmanager
+    def claim(self) -> Iterator[None]:
+        """Hold one claim for the ``with`` block."""
+        with self._lock:
+            self._n += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._n -= 1
+
+
+#: the process's claims (Piper claims; llama.cpp yields)
+CORES = CoreClaims()

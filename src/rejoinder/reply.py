@@ -267,7 +267,7 @@ class Reply:
                     filled = True  # once per reply: the caller knows the agent is on it
                     for chunk in chunker.flush():
                         put(chunk, source, step)
-                    put(self.filler.phrases[0], "filler", step)
+                    put(self.filler.phrases[0] + " ", "filler", step)  # the answer follows
                     source = "filler"
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):
                     for chunk in chunker.flush():

@@ -205,3 +205,38 @@ def test_call_markup_is_never_spoken_when_calls_are_not_allowed(llama_llm, monke
     out = list(engine.generate(req, threading.Event()))
     assert all(isinstance(d, str) for d in out)
     assert "".join(out).strip() == "Let me check."
+
+
+async def test_decoding_gives_up_a_thread_while_piper_claims_a_core(llama_llm, piper_tts):
+    """While a Piper synthesis runs (it claims a core: rejoinder._threads.CORES), llama.cpp
+    decodes with one thread fewer (never under one) and keeps its batch threads; the threads
+    come back when the claim ends. The reply decoded meanwhile is the same."""
+    import threading
+
+    from llama_cpp import llama_cpp as C
+
+    from rejoinder._threads import CORES
+
+    ctx = llama_llm._llm._ctx.ctx
+    eng = llama_llm.engine
+    eng.fit_threads()
+    n, nb = C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)
+    assert (n, nb) == (2, 2) and CORES.active == 0
+    req = LLMRequest((ChatMessage("user", "Say hello."),), max_tokens=8, temperature=0.0,
+                     cache_key="threads")
+    alone = "".join(d for d in await _run(llama_llm, req) if isinstance(d, str))
+    synth = piper_tts._synth("Hello there. This is a test.", threading.Event())
+    try:
+        assert next(synth).pcm.size > 0 and CORES.active == 1  # held while Piper synthesises
+        eng.fit_threads()
+        assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (1, nb)
+        with CORES.claim():  # two claims on two threads: still one
+            eng.fit_threads()
+            assert C.llama_n_threads(ctx) == 1
+        beside = "".join(d for d in await _run(llama_llm, req) if isinstance(d, str))
+        assert beside == alone and beside.strip()
+    finally:
+        synth.close()  # (releases Piper's lock and the claim)
+    assert CORES.active == 0
+    eng.fit_threads()
+    assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (n, nb)

@@ -44,9 +44,12 @@ def test_demo_stamps_every_boundary_and_segments_sum_to_v2v(demo):
         assert abs(sum(t["segments"].values()) - t["v2v_ms"]) <= 1.0
         assert t["v2v_ms"] > 0  # how long is a benchmark's figure (bench/v2v.py), not a test's
         # the LLM wrote the reply: its first token is on the critical path (0 ms only when a
-        # preemptive draft had it ready before the turn was decided), and no runtime words came first
+        # preemptive draft had it ready before the turn was decided), and no runtime words came
+        # first but the filler of a lookup turn (the LLM's reading of the result is expected to
+        # take 700 ms: LlamaLLM.reading_prior_ms), after which the answer comes later
         assert "llm_ttft" in t["segments"]
-        assert t["time_to_answer_ms"] == t["v2v_ms"]
+        if t["time_to_answer_ms"] != t["v2v_ms"]:
+            assert t["time_to_answer_ms"] > t["v2v_ms"] and t["tools"], t
 
 
 def test_every_word_the_caller_heard_was_written_by_the_llm(demo):
@@ -54,6 +57,9 @@ def test_every_word_the_caller_heard_was_written_by_the_llm(demo):
     events = [json.loads(x) for x in (out / "timeline.jsonl").read_text().splitlines()]
     for t in turns:
         said = [e for e in events if e["type"] == "SpeakableText" and e["turn_id"] == t["turn_id"]]
+        if said and said[0]["source"] == "filler":  # a lookup turn's filler: marked, said first
+            assert t["tools"] and said[0]["text"].strip() == "One moment.", t["turn_id"]
+            said = said[1:]
         assert said and {e["source"] for e in said} == {"llm"}, t["turn_id"]
         written = "".join(e["text"] for e in events if e["type"] == "LlmToken"
                           and e["turn_id"] == t["turn_id"])

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
+from .._threads import CORES
 from ..errors import ConfigError
 from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
 from ._chatformat import ChatFormat, format_for
@@ -151,6 +152,8 @@ class ChatEngine:
         self.embed = embed
         self._matchers: OrderedDict[tuple, ExampleMatcher] = OrderedDict()
         self._eog: list[int] | None = None
+        self._threads: tuple[int, int] | None = None  # (configured decode, batch) threads
+        self._decoding = 0  # decode threads set now (0: as configured)
         self._gates: OrderedDict[tuple, LabelGate] = OrderedDict()
         self._gbnf: OrderedDict[str, str] = OrderedDict()
         self._checked: set[str] = set()
@@ -216,6 +219,21 @@ class ChatEngine:
                                          tool_prompt=self.tool_prompt)
 
     # -- sampling -----------------------------------------------------------------------------
+    def fit_threads(self) -> None:
+        """Decode with one thread fewer per core another model claims now (never under one;
+        :class:`rejoinder._threads.CoreClaims`), the configured count otherwise. Batches
+        (prompt evaluation) keep theirs. Called between tokens (a llama.cpp call per change)."""
+        ctx = getattr(self._llm, "_ctx", None)
+        params = getattr(self._llm, "context_params", None)
+        if ctx is None or params is None:
+            return
+        if self._threads is None:
+            self._threads = (int(params.n_threads), int(params.n_threads_batch))
+        want = max(1, self._threads[0] - CORES.active)
+        if want != (self._decoding or self._threads[0]):
+            ctx.set_n_threads(want, self._threads[1])
+            self._decoding = want
+
     def _pieces(self, tokens: list[int], temperature: float, grammar: str | None,
                 max_tokens: int, stop: threading.Event, first: bool,
                 echo_of: str = "") -> Iterator[str]:
@@ -245,6 +263,7 @@ class ChatEngine:
         mask = None
         constrain = GrammarMask(llm, grammar) if grammar else None
         while True:
+            self.fit_threads()
             procs = [p for p in (constrain, mask) if p is not None] or None
             gen = llm.generate(tokens + emitted, temp=max(0.0, temperature), top_k=40, top_p=0.95,
                                min_p=0.05, repeat_penalty=1.0, logits_processor=procs)
@@ -257,6 +276,7 @@ class ChatEngine:
                         ended = True
                         break
                     emitted.append(token)
+                    self.fit_threads()  # for the next token's decode
                     self.last_stats.generated += 1
                     piece = decoder.decode(llm.detokenize([token]))
                     if piece:
@@ -458,6 +478,7 @@ class ChatEngine:
         if mark not in text:
             return 0
         tokens = self._tokens(text.split(mark, 1)[0])
+        self.fit_threads()
         return extend(self._llm, tokens[:-1])  # the last token may merge with the caller's words
 
     def gate_for(self, tools: tuple[ToolSchema, ...], talk_examples: tuple[str, ...] = ()) -> LabelGate:
@@ -476,6 +497,7 @@ class ChatEngine:
         """The gate's talk-or-call decision for ``request`` (its last message: the caller's).
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
         conversation out first (``LlamaLLM`` does, under the gate's own cache key)."""
+        self.fit_threads()
         gate = self.gate_for(request.tools, request.talk_examples)
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose
         # required arguments the caller said (else the agent talks, and so asks for them)

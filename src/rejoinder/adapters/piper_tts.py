@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import numpy as np
 
-from .._threads import iterate_in_thread
+from .._threads import CORES, iterate_in_thread
 from ..errors import MissingExtra
 from ..ports import PortError, TTSAudio
 
@@ -122,7 +122,7 @@ class PiperTTS:
         self._lock = threading.Lock()
 
     def _synth(self, text: str, stop: threading.Event) -> Iterator[TTSAudio]:
-        with self._lock:
+        with self._lock, CORES.claim():  # its one thread gets a core (llama.cpp yields one)
             try:
                 if self.word_timings:
                     yield from self._synth_timed(text, stop)
