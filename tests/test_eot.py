@@ -245,7 +245,7 @@ async def tool_call(latency_ms: float | None, tool_ms: float = 1000,
 
 async def test_a_slow_tool_gets_a_marked_filler_and_a_shorter_longest_silence():
     res, said, row = await tool_call(latency_ms=1000)
-    assert [s.source for s in said][0] == "filler" and said[0].text == "One moment."
+    assert [s.source for s in said][0] == "filler" and said[0].text == "One moment. "  # then the answer
     assert {s.source for s in said[1:]} == {"llm"}
     rec = res.turns[0]
     assert rec.time_to_answer_ms() > rec.v2v_ms()  # the filler is not the answer
