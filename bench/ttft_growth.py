@@ -114,6 +114,10 @@ class Call:
                 calls.append(d)
             else:
                 step.text += d
+        self.empty = ttft is None
+        if ttft is None:  # the model wrote nothing at all: the time to the stream's end
+            ttft = (time.perf_counter() - t0) * 1000
+            self.cpu_ms = (time.process_time() - c0) * 1000
         return ttft, step, calls
 
     async def turn(self, llm, i: int, use_key: bool) -> None:
@@ -136,7 +140,7 @@ class Call:
         for k in range(len(steps), max_steps):
             ms, step, calls = await self._step(llm, say, pending, k == max_steps - 1, use_key)
             if ttft is None:
-                ttft, stats, cpu = ms, llm.last_stats, self.cpu_ms
+                ttft, stats, cpu, empty = ms, llm.last_stats, self.cpu_ms, self.empty
             steps.append(step)
             if not calls:
                 break
@@ -154,7 +158,7 @@ class Call:
                           "prompt_tokens": stats.prompt,
                           "prefilled_tokens": stats.prefilled, "shifted": stats.shifted,
                           "tool_turn": bool(scripted), "unscripted_calls": unscripted,
-                          "calls": calls_made, "heard": heard})
+                          "calls": calls_made, "heard": heard, "empty": empty})
 
 
 async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_attn: bool,
@@ -200,13 +204,14 @@ async def run(turns: int, repeats: int, interleave: int, use_key: bool, flash_at
                          "prefilled_p50": statistics.median(r["prefilled_tokens"] for r in rows),
                          "shifted_p50": statistics.median(r["shifted"] for r in rows),
                          "own_calls": sorted({n for r in rows for n in r["unscripted_calls"]}),
-                         "first_call": rows[0]["calls"], "first_heard": rows[0]["heard"]})
+                         "first_call": rows[0]["calls"], "first_heard": rows[0]["heard"],
+                         "empty": any(r["empty"] for r in rows)})
     ratios = [c.rows[done - 1]["ttft_ms"] / c.rows[0]["ttft_ms"] for c in calls] if done > 1 else []
     cpu_ratios = ([c.rows[done - 1]["ttft_cpu_ms"] / c.rows[0]["ttft_cpu_ms"] for c in calls]
                   if done > 1 else [])
     # turns whose first delta was text (the model called no tool on its own): TTFT is then the
     # time to the first word, not to a whole tool call; the last such turn against turn 1
-    text = [r for r in per_turn if not r["own_calls"] and not r["tool_turn"]]
+    text = [r for r in per_turn if not r["own_calls"] and not r["tool_turn"] and not r["empty"]]
     text_ratio = (round(text[-1]["ttft_cpu_ms_p50"] / per_turn[0]["ttft_cpu_ms_p50"], 3)
                   if len(text) > 1 and text[0] is per_turn[0] else None)
     return {"agent": agent.name, "tool_mode": llm.tool_mode, "n_ctx": llm._llm.n_ctx(),
@@ -234,7 +239,7 @@ def print_report(out: dict) -> None:
         print(f"{r['turn']:>4} {'yes' if r['tool_turn'] else '':>4} {r['ttft_ms_p50']:>12.1f} "
               f"{r['ttft_cpu_ms_p50']:>7.1f} "
               f"{r['prompt_tokens']:>11} {r['prefilled_p50']:>10.0f} {r['shifted_p50']:>8.0f}  "
-              f"{', '.join(r['own_calls'])}")
+              f"{', '.join(r['own_calls'])}{' (wrote nothing: time to its end)' if r['empty'] else ''}")
     for f in out["failed"]:
         print(f"{f['call']} failed at turn {f['turn']}: {f['error']}")
     if out["ratio_last_first_p50"] is not None:
