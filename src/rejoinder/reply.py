@@ -59,11 +59,12 @@ class Say:
     current chunk (a tool round is coming: speak what is pending now); ``wait_ms`` is then the
     round's expected duration (the tools' declared or observed latency, :meth:`Tool.expected_ms`;
     ``reading_ms`` the LLM's expected wait to read the results up to words it can say, None
-    when this process has not observed one yet), written at ``at_ms`` (call clock, ms) — what the speech side's filler policy decides on.
-    ``step``: the index of the LLM step that wrote it (:class:`rejoinder.conversation.Step`), so
-    that what the caller heard goes back to the step that wrote it. ``tools``: with flush, the
-    flush is a tool round's (not a retry's): the text that reads its results starts with a
-    tighter first chunk (:data:`AFTER_TOOLS_FIRST_WORDS`)."""
+    when neither observed nor declared), written at ``at_ms`` (call clock, ms) — what the
+    speech side's filler policy decides on. ``step``: the index of the LLM step that wrote it
+    (:class:`rejoinder.conversation.Step`), so that what the caller heard goes back to the step
+    that wrote it. ``tools``: with flush, a tool round whose results the LLM reads next (not a
+    retry's flush, nor call control): it may be filled, and the text reading the results starts
+    with a tighter first chunk (:data:`AFTER_TOOLS_FIRST_WORDS`)."""
 
     text: str
     source: str = "llm"
