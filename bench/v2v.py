@@ -116,6 +116,7 @@ if __name__ == "__main__":
               f"({ep['false_cutoffs_in_numbers']} inside numbers)")
         print(f"  speculation: {sp['speculative']} drafts, hit rate {sp['hit_rate']}, saved p50 "
               f"{sp['saved_ms']['p50']} ms; LLM calls per turn {sp['llm_calls_per_turn']} "
-              f"(wasted {sp['wasted_llm_calls_per_turn']}); unconfirmed words {sp['unconfirmed_words']}")
+              f"(wasted {sp['wasted_llm_calls_per_turn']}), replies started per turn "
+              f"{sp.get('llm_replies_per_turn')}; unconfirmed words {sp['unconfirmed_words']}")
         print(f"  longest silence p95 {si['longest_silence_ms']['p95']} ms, tool turns "
               f"{si['tool_turns_longest_silence_ms']['p95']} ms (n {si['tool_turns_longest_silence_ms']['n']})")

@@ -196,6 +196,10 @@ async def test_a_discarded_draft_records_the_llm_work_and_tool_runs_it_wasted():
     assert second.outcome == "kept"
     m = res.speculation_metrics()
     assert m["wasted_tool_runs"] == 1 and m["wasted_llm_requests"] == first.llm_requests
+    # two replies started (the dropped draft and the kept one); the requests after a tool round
+    # continue a reply and are counted in llm_requests only
+    assert m["llm_replies"] == 2 and m["llm_requests"] == first.llm_requests + second.llm_requests
+    assert m["llm_requests"] > m["llm_replies"]
     assert m["discard_reasons"] == {"transcript_changed": 1} and m["unconfirmed_words"] == 0
     assert [m.content for m in res.context if m.role == "user"] == ["Check my order and cancel it."]
 
@@ -350,7 +354,7 @@ def test_bench_summary_blocks_from_calls():
     calls = [{"extra": {
         "endpointing": {"delays_ms": [200.0, 300.0], "utterances": 2, "cut_off": 1,
                         "cut_off_in_numbers": 0, "false_cutoff_events": 1},
-        "speculation": {"turns": 2, "llm_requests": 3, "speculative": 2, "kept": 1, "extended": 0,
+        "speculation": {"turns": 2, "llm_requests": 3, "llm_replies": 2, "speculative": 2, "kept": 1, "extended": 0,
                         "discarded": 1, "saved_ms": [180.0], "wasted_llm_requests": 1,
                         "wasted_tokens": 12, "wasted_tool_runs": 1, "discard_reasons": {},
                         "unconfirmed_words": 0},
@@ -362,6 +366,7 @@ def test_bench_summary_blocks_from_calls():
     assert ep["delay_ms"]["p50"] == 250 and ep["false_cutoff_rate"] == 0.5
     assert sp["hit_rate"] == 0.5 and sp["saved_ms"]["p50"] == 180
     assert sp["llm_calls_per_turn"] == 1.5 and sp["wasted_llm_calls_per_turn"] == 0.5
+    assert sp["llm_replies_per_turn"] == 1.0  # the third request continued a reply
     assert si["tool_turns_longest_silence_ms"]["max"] == 1200 and si["longest_silence_ms"]["n"] == 2
 
 

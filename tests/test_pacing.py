@@ -129,3 +129,35 @@ def test_the_shared_pacer_runs_calls_on_the_real_clock() -> None:
         seen = asyncio.run(main())
         for ts in seen:
             assert len(ts) == 5 and all(b - a == pytest.approx(20.0) for a, b in zip(ts, ts[1:]))
+
+
+def test_phases_spread_the_lanes_and_keep_each_lanes_period() -> None:
+    """With four phases the lanes are spread 5 ms apart (the least-loaded phase first), each
+    wake steps one phase's lanes, and every lane keeps its exact 20 ms period, never early."""
+    async def main() -> None:
+        clock = VirtualClock()
+        pacer = Pacer(clock, phases=4)
+        seen: dict[int, list[tuple[float, float]]] = {i: [] for i in range(8)}
+        per_wake: list[int] = []
+        count = [0]
+
+        def stepper(i: int):
+            def step(t: float):
+                seen[i].append((t, clock.now_ms()))
+                count[0] += 1
+                return STOP if len(seen[i]) == 50 else None
+            return step
+
+        pacer.after_tick.append(lambda: (per_wake.append(count[0]), count.__setitem__(0, 0)))
+        runs = [asyncio.ensure_future(pacer.run(stepper(i), clock)) for i in range(8)]
+        await clock.advance(20.0 * 60)
+        await asyncio.gather(*runs)
+        starts = sorted(frames[0][0] for frames in seen.values())
+        assert [s % 20.0 for s in starts] == [0.0, 0.0, 5.0, 5.0, 10.0, 10.0, 15.0, 15.0]
+        for frames in seen.values():
+            ts = [t for t, _ in frames]
+            assert len(ts) == 50 and all(b - a == 20.0 for a, b in zip(ts, ts[1:]))
+            assert all(now == pytest.approx(t, abs=1e-9) for t, now in frames)
+        assert max(per_wake) == 2  # two lanes per phase: a wake steps two, not eight
+        assert pacer.ages.n == 400 and pacer.ages.max_ms == pytest.approx(0.0, abs=1e-9)
+    asyncio.run(main())

@@ -141,3 +141,30 @@ def test_a_flush_left_on_an_ended_loop_does_not_stall_the_next_one() -> None:
         await asyncio.sleep(0)
     asyncio.run(next_call())
     assert seen == [0.0, 32.0]  # the stranded window was scored first, then the new one
+
+
+async def test_int16_windows_are_scored_as_the_same_floats_in_a_mixed_batch() -> None:
+    """int16 windows are staged as int16 and scaled once per batch: the model sees exactly
+    ``x / 32768``, in a batch that also holds a float32 window, each delivered to its stream."""
+    seen: list[np.ndarray] = []
+
+    class Recording(CountingModel):
+        def run(self, windows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+            seen.append(windows.copy())
+            return super().run(windows, slots)
+
+    b = VadBatcher(Recording(), slots=4)
+    got: dict[int, float] = {}
+    pcm = (np.arange(512, dtype=np.int32) * 61 - 15000).astype(np.int16)
+    a, f, c = b.open(), b.open(), b.open()
+    for s in (a, f, c):
+        b.bind(s, lambda p, t, s=s: got.__setitem__(s, p))
+    b.submit(a, pcm, 1.0 / 32768.0, 0.0)
+    b.submit(f, np.full(512, 0.25, np.float32), 1.0, 0.0)
+    b.submit(c, pcm[::-1].copy(), 1.0 / 32768.0, 0.0)
+    await asyncio.sleep(0)
+    assert len(seen) == 1 and seen[0].dtype == np.float32 and seen[0].shape == (3, 512)
+    np.testing.assert_array_equal(seen[0][0], pcm.astype(np.float32) / 32768.0)
+    np.testing.assert_array_equal(seen[0][1], np.full(512, 0.25, np.float32))
+    np.testing.assert_array_equal(seen[0][2], pcm[::-1].astype(np.float32) / 32768.0)
+    assert got == {a: float(pcm.max()) / 32768.0, f: 0.25, c: float(pcm.max()) / 32768.0}

@@ -29,6 +29,7 @@ class AudioRing:
         self.capacity = int(rate * seconds)
         self._buf = np.zeros(self.capacity, dtype=np.int16)
         self.n = 0  # samples ever written
+        self._at = 0  # where the next sample goes (n mod capacity)
         self.origin_ms: float | None = None  # call-clock time of sample 0
 
     def write(self, pcm: np.ndarray, t_ms: float) -> None:
@@ -37,16 +38,22 @@ class AudioRing:
         if self.origin_ms is None:
             self.origin_ms = t_ms
         n = len(pcm)
+        at = self._at
+        end = at + n
+        if end < self.capacity:  # the common case: no wrap
+            self._buf[at:end] = pcm
+            self._at = end
+            self.n += n
+            return
         if n > self.capacity:
             raise ValueError(f"a frame of {n} samples does not fit a ring of {self.capacity}")
-        at = self.n % self.capacity
-        end = at + n
-        if end <= self.capacity:
-            self._buf[at:end] = pcm
+        if end == self.capacity:
+            self._buf[at:] = pcm
         else:
             split = self.capacity - at
             self._buf[at:] = pcm[:split]
             self._buf[:end - self.capacity] = pcm[split:]
+        self._at = end - self.capacity
         self.n += n
 
     @property

@@ -41,6 +41,8 @@ FRAME = 320          # 20 ms at 16 kHz
 FRAME_MS = 20.0
 GAP_MS = 100.0       # a hole in the caller's audio longer than this is filled with silence
 RESYNC_MS = 200.0    # a pacing loop this late skips ahead instead of bursting
+_INT16 = np.dtype(np.int16)
+_ONE_FRAME = (FRAME,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,15 @@ class LiveSession:
         Raises:
             ValueError: ``pcm`` is not one-dimensional int16.
         """
+        if (self._fill == 0 and t_ms is not None and self._origin is not None
+                and type(pcm) is np.ndarray and pcm.dtype is _INT16 and pcm.shape == _ONE_FRAME
+                and t_ms - (t := self._origin + 1000.0 * self._fed / LINE_RATE) <= GAP_MS):
+            # the common case: one whole frame, no gap to fill, nothing to re-block
+            if self.on_caller_frame is not None:
+                self.on_caller_frame(pcm, t)
+            self.session.on_frame(pcm, t)
+            self._fed += FRAME
+            return
         pcm = np.asarray(pcm)
         if pcm.ndim != 1 or pcm.dtype != np.int16:
             raise ValueError(f"caller audio must be mono int16 at {LINE_RATE} Hz, got "

@@ -10,6 +10,14 @@ there). A lane's frames are placed on the pacer's grid: its first frame is the f
 at or after it was added, and frame *k* is due exactly ``k × frame_ms`` later (integer frame
 count times the period, so there is no drift however long the call).
 
+With ``phases`` > 1 (the process's shared pacer uses :data:`PHASES`) the lanes are spread over
+that many evenly spaced phases of the period, the least-loaded phase for each new lane, and the
+pacer wakes once per phase: each wake steps only its phase's lanes. Frames arriving from real
+callers are spread over the period anyway (each caller's clock has its own phase); stepping every
+call at one instant instead makes a burst whose last frames wait for all the others, so with
+``N`` calls of ``c`` µs each a frame waits up to ``N × c`` — with four phases up to a quarter of it,
+for the same CPU.
+
 When the loop is late (a blocked event loop, CPU starvation) a lane catches up frame by frame,
 in order, at most three frames per lane per pass, with the event loop served between passes; a lane that is more than ``resync_ms`` behind skips ahead instead of bursting (live
 transports: audio that late is useless). Every frame's *age* — how late its step ran after it
@@ -36,6 +44,7 @@ log = logging.getLogger("rejoinder.pacing")
 
 STOP = object()  #: returned by a lane's step to end the lane normally
 FRAME_MS = 20.0
+PHASES = 4  #: phases of the process's shared pacer (5 ms apart at 20 ms frames)
 
 
 class AgeHistogram:
@@ -82,10 +91,10 @@ class AgeHistogram:
 class Lane:
     """One registered frame loop (see :meth:`Pacer.add`)."""
 
-    __slots__ = ("step", "offset_ms", "first_ms", "k", "resync_frames", "done", "name")
+    __slots__ = ("step", "offset_ms", "first_ms", "k", "resync_frames", "done", "name", "phase")
 
     def __init__(self, step: Callable[[float], object], offset_ms: float, first_ms: float,
-                 resync_frames: int | None, done: asyncio.Future, name: str) -> None:
+                 resync_frames: int | None, done: asyncio.Future, name: str, phase: int = 0) -> None:
         self.step = step
         self.offset_ms = offset_ms      # pacer time − lane clock time
         self.first_ms = first_ms        # lane-clock time of frame 0
@@ -93,6 +102,7 @@ class Lane:
         self.resync_frames = resync_frames
         self.done = done
         self.name = name
+        self.phase = phase              # which of the pacer's phases steps it
 
 
 class Pacer:
@@ -101,12 +111,18 @@ class Pacer:
     Args:
         clock: the pacer's time base (default: a real clock started now).
         frame_ms: the period (default 20 ms).
+        phases: evenly spaced phases of the period the lanes are spread over (default 1: every
+            lane on the same grid).
     """
 
-    def __init__(self, clock: Clock | None = None, frame_ms: float = FRAME_MS) -> None:
+    def __init__(self, clock: Clock | None = None, frame_ms: float = FRAME_MS,
+                 phases: int = 1) -> None:
         self.clock = clock or RealClock()
         self.frame_ms = frame_ms
+        self.phases = max(1, int(phases))
+        self._sub_ms = frame_ms / self.phases  # the wake grid
         self.lanes: list[Lane] = []
+        self._by_phase: list[list[Lane]] = [[] for _ in range(self.phases)]
         self.after_tick: list[Callable[[], None]] = []
         self.ages = AgeHistogram()
         self.wakes = 0
@@ -120,21 +136,26 @@ class Pacer:
         """Register ``step``; returns its lane. Frame *k* calls ``step(first + k × frame_ms)`` on
         ``clock`` (the call's clock), where ``first`` is the lane-clock time of the first pacer
         grid point from now (:attr:`Lane.first_ms`)."""
-        offset = self.clock.now_ms() - clock.now_ms()
-        grid = math.ceil(self.clock.now_ms() / self.frame_ms) * self.frame_ms
-        if grid <= self._ticked_ms:  # that grid point has been ticked already
-            grid = self._ticked_ms + self.frame_ms
+        now = self.clock.now_ms()
+        offset = now - clock.now_ms()
+        phase = min(range(self.phases), key=lambda p: len(self._by_phase[p]))
+        sub = self._sub_ms
+        g = math.ceil(now / sub)  # the first wake point from now that is this lane's phase
+        g += (phase - g) % self.phases
+        if g * sub <= self._ticked_ms:  # that point has been ticked already: the next period
+            g += self.phases
+        grid = g * sub
         loop = asyncio.get_running_loop()
         resync = None if resync_ms is None else max(1, int(resync_ms / self.frame_ms))
-        lane = Lane(step, offset, grid - offset, resync, loop.create_future(), name)
+        lane = Lane(step, offset, grid - offset, resync, loop.create_future(), name, phase)
         self.lanes.append(lane)
+        self._by_phase[phase].append(lane)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="rejoinder:pacer")
         return lane
 
     def remove(self, lane: Lane) -> None:
-        if lane in self.lanes:
-            self.lanes.remove(lane)
+        self._drop(lane)
         if not lane.done.done():
             lane.done.set_result(None)
 
@@ -159,26 +180,37 @@ class Pacer:
             raise
 
     async def _loop(self) -> None:
-        clock, frame = self.clock, self.frame_ms
-        k = math.ceil(clock.now_ms() / frame)
+        clock, sub, phases = self.clock, self._sub_ms, self.phases
+        k = math.ceil(clock.now_ms() / sub)
+        last = k - 1
         while self.lanes:
-            await clock.sleep_until(k * frame)
+            await clock.sleep_until(k * sub)
             self.wakes += 1
-            self._ticked_ms = k * frame
-            while self.tick():  # lanes still behind: let other tasks run, then catch up more
+            self._ticked_ms = k * sub
+            if phases == 1 or k - last >= phases:
+                due = None  # every lane
+            else:  # the phases of the wake points since the last wake
+                due = [lane for g in range(last + 1, k + 1) for lane in self._by_phase[g % phases]]
+            last = k
+            while self.tick(lanes=due):  # lanes still behind: let other tasks run, then catch up
                 await asyncio.sleep(0)
                 self.catchups += 1
-            k = max(k + 1, math.floor(clock.now_ms() / frame) + 1) if self.lanes else k
+                due = None
+            k = max(k + 1, math.floor(clock.now_ms() / sub) + 1) if self.lanes else k
 
-    def tick(self, rounds: int = 3) -> bool:
-        """Step every lane whose frames are due, catching up at most ``rounds`` frames per lane,
-        then run the ``after_tick`` hooks once. Returns True when lanes are still behind (the
-        caller yields to the event loop first, so that an overloaded process keeps serving its
-        replies while its frame loops catch up)."""
-        now = self.clock.now_ms()
+    def tick(self, rounds: int = 3, lanes: list[Lane] | None = None) -> bool:
+        """Step every lane whose frames are due (of ``lanes``, default all), catching up at most
+        ``rounds`` frames per lane, then run the ``after_tick`` hooks once. Returns True when
+        lanes are still behind (the caller yields to the event loop first, so that an overloaded
+        process keeps serving its replies while its frame loops catch up)."""
+        clock = self.clock
+        now = clock.now_ms()
         frame = self.frame_ms
         ages = self.ages
-        pending = list(self.lanes)
+        counts, scale, top = ages.counts, ages._scale, ages._last
+        pending = list(self.lanes) if lanes is None else lanes
+        stepped = 0
+        worst = ages.max_ms
         while pending and rounds > 0:
             rounds -= 1
             behind: list[Lane] = []
@@ -192,7 +224,12 @@ class Pacer:
                     lane.k += int((now - due) // frame)  # too late: skip ahead, no burst
                     due = lane.first_ms + lane.k * frame + lane.offset_ms
                 t = lane.first_ms + lane.k * frame
-                ages.add(self.clock.now_ms() - due)
+                age = clock.now_ms() - due  # (AgeHistogram.add, inlined: this runs per frame)
+                i = int(age * scale) if age > 0 else 0
+                counts[i if i < top else top] += 1
+                stepped += 1
+                if age > worst:
+                    worst = age
                 try:
                     out = lane.step(t)
                 except Exception as exc:  # noqa: BLE001 — handed to the lane's owner
@@ -204,6 +241,8 @@ class Pacer:
                 elif lane.first_ms + lane.k * frame + lane.offset_ms <= now + 1e-6:
                     behind.append(lane)
             pending = behind
+        ages.n += stepped
+        ages.max_ms = worst
         for hook in self.after_tick:
             try:
                 hook()
@@ -211,9 +250,13 @@ class Pacer:
                 log.exception("pacer after_tick hook failed")
         return bool(pending)
 
-    def _finish(self, lane: Lane, exc: BaseException | None) -> None:
+    def _drop(self, lane: Lane) -> None:
         if lane in self.lanes:
             self.lanes.remove(lane)
+            self._by_phase[lane.phase].remove(lane)
+
+    def _finish(self, lane: Lane, exc: BaseException | None) -> None:
+        self._drop(lane)
         if not lane.done.done():
             if exc is None:
                 lane.done.set_result(None)
@@ -225,11 +268,12 @@ _PACERS: dict[int, Pacer] = {}
 
 
 def shared_pacer() -> Pacer:
-    """The process's pacer for the running event loop (created on first use, real clock)."""
+    """The process's pacer for the running event loop (created on first use, real clock,
+    :data:`PHASES` phases)."""
     loop = asyncio.get_running_loop()
     p = _PACERS.get(id(loop))
     if p is None or getattr(p, "_owner_loop", None) is not loop:
-        p = Pacer()
+        p = Pacer(phases=PHASES)
         p._owner_loop = loop  # type: ignore[attr-defined]
         _PACERS.clear()  # one loop at a time per process (asyncio.run); drop older loops' pacers
         _PACERS[id(loop)] = p

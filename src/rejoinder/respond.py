@@ -265,7 +265,7 @@ class Draft:
             if k and any(s.text for s in self.steps[:-1]):
                 self._put(Say(" "))  # the previous step's last sentence ends here
             calls = await self._step(pending, step,
-                                     final=k == max_steps - 1 or self.ending is not None)
+                                     final=k == max_steps - 1 or self.ending is not None, index=k)
             if not calls:
                 break
             tools = [self.pos.agent.tools.get(c.name) for c in calls]
@@ -329,8 +329,10 @@ class Draft:
             self._recovered("recovery_line", "the LLM wrote nothing to say")
             self._put(Say(RECOVERY_LINE, "recovery"))
 
-    async def _step(self, pending: list[ChatMessage], step: Step, *, final: bool) -> list[ToolCall]:
-        """One LLM request (retried once from the text so far); returns its tool calls."""
+    async def _step(self, pending: list[ChatMessage], step: Step, *, final: bool,
+                    index: int = 0) -> list[ToolCall]:
+        """One LLM request (retried once from the text so far) of the reply's step ``index`` (0:
+        its first request; k: after k tool rounds); returns its tool calls."""
         request = self.conv.request(pending, final_step=final, pos=self.pos)
         st = self.conv.st
         for attempt in range(self.policy.llm_retries + 1):
@@ -341,7 +343,7 @@ class Draft:
             pace = _Pace(self.policy, st.now())
             try:
                 self.llm_requests += 1
-                stream = timed_llm(st, self.turn_id, self.llm, req)
+                stream = timed_llm(st, self.turn_id, self.llm, req, step=index, retry=attempt)
                 async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
                                          pace.stall_ms, "llm",
                                          lambda d: isinstance(d, ToolDecision)):

@@ -160,23 +160,28 @@ class Session:
         late, never lost)."""
         if self._ticker is None:
             self._ticker = self._spawn(self._watch_line(), 0, "session")
-        self._last_frame_at = self.st.now()
-        if self._next_frame_ms is not None and t_ms < self._next_frame_ms - 1.0:
+        now = self._last_frame_at = self.st.clock.now_ms()
+        nxt = self._next_frame_ms
+        if nxt is not None and t_ms < nxt - 1.0:
             self.late_frames += 1
-            t_ms = self._next_frame_ms
-        self._feed(pcm, t_ms)
+            t_ms = nxt
+        self._feed(pcm, t_ms, now)
 
-    def _feed(self, pcm: np.ndarray, t_ms: float) -> None:
+    def _feed(self, pcm: np.ndarray, t_ms: float, now: float | None = None) -> None:
         """Caller audio (int16, a real frame or filled-in silence) into the bounded ring and the
-        VAD; raises RuntimeError past ``max_seconds``."""
-        if self.audio.n + len(pcm) > self._max_samples:
+        VAD; raises RuntimeError past ``max_seconds``. ``now``: the call clock, when known."""
+        n = len(pcm)
+        if self.audio.n + n > self._max_samples:
             raise RuntimeError("call longer than max_seconds")
-        self._next_frame_ms = t_ms + 1000.0 * len(pcm) / LINE_RATE
+        self._next_frame_ms = t_ms + 1000.0 * n / LINE_RATE
         self.audio.write(pcm, t_ms)
         signals = self.tracker.push(pcm, t_ms)  # none when the VAD batches across calls
         if signals:
             self._on_vad(signals)
-        self._perform(self.taker.tick(self.st.now()))
+            now = None  # time has passed
+        actions = self.taker.tick(self.st.clock.now_ms() if now is None else now)
+        if actions:
+            self._perform(actions)
 
     def _on_vad(self, signals: list) -> None:
         """VAD signals (onset / voiced / pause) of the windows just judged."""

@@ -89,7 +89,10 @@ class SpeculationAudit:
 
 def speculation_metrics(turns: list[Any], unconfirmed_words: int = 0) -> dict[str, Any]:
     """Per-call figures from :class:`rejoinder.timeline.TurnRecord` objects: caller turns with
-    a reply, LLM requests (all, and those of discarded speculative drafts), speculative drafts
+    a reply, LLM requests (all, and those of discarded speculative drafts), replies started
+    (``llm_replies``: each draft's first request, speculative or not — a tool round's next step
+    and a retry are the same reply, so what speculation adds per turn is
+    ``llm_replies / turns − 1``), speculative drafts
     by outcome, ms saved by each kept one, tokens and tool runs wasted."""
     caller = [r for r in turns if r.initiated is None and "eot_decided" in r.stamps]
     specs = [s for r in caller for s in r.speculation]
@@ -97,6 +100,7 @@ def speculation_metrics(turns: list[Any], unconfirmed_words: int = 0) -> dict[st
     return {
         "turns": len(caller),
         "llm_requests": sum(r.llm_requests for r in caller),
+        "llm_replies": sum(getattr(r, "llm_replies", 0) for r in caller),
         "speculative": len(specs),
         "kept": sum(1 for s in specs if s["outcome"] == "kept"),
         "extended": sum(1 for s in specs if s["outcome"] == "extended"),

@@ -83,9 +83,12 @@ async def timed_stt(st: Stamper, turn_id: int, stt: STTPort,
         yield tr
 
 
-async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest) -> AsyncIterator[LLMDelta]:
+async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest, *,
+                    step: int = 0, retry: int = 0) -> AsyncIterator[LLMDelta]:
     """Stream ``llm`` for ``request``, stamping ``llm_request`` (``data``: model, provider, the
-    number of messages, max_tokens, temperature, the number of tools offered), ``llm_first_token``
+    number of messages, max_tokens, temperature, the number of tools offered, and the reply's
+    ``step`` — 0 for its first request, k after k tool rounds — and ``retry``, the attempt after
+    a failed stream, 0 for the first), ``llm_first_token``
     (the first text or tool call), ``tool_decided`` when a scoring backend's
     :class:`~rejoinder.ports.ToolDecision` arrives (``data``: chosen, margin, threshold, source,
     scores) and ``llm_end`` (``data``: outcome,
@@ -94,7 +97,7 @@ async def timed_llm(st: Stamper, turn_id: int, llm: LLMPort, request: LLMRequest
     as a dict, when it did). A ``ServerTiming`` is recorded, not re-yielded."""
     st.stamp("llm_request", turn_id, model=llm.model_name, provider=getattr(llm, "provider", "unknown"),
              messages=len(request.messages), max_tokens=request.max_tokens,
-             temperature=request.temperature, tools=len(request.tools))
+             temperature=request.temperature, tools=len(request.tools), step=step, retry=retry)
     data = {"deltas": 0, "tool_calls": 0}
 
     def each(delta: LLMDelta) -> None:

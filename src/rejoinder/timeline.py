@@ -79,6 +79,7 @@ class TurnRecord:
     steps: list[dict[str, Any]] = field(default_factory=list)  # conversation steps entered
     call_end: dict[str, Any] | None = None  # the agent ended the call after this turn
     llm_requests: int = 0  # every LLM request of the turn (speculative drafts and tool steps too)
+    llm_replies: int = 0   # replies started: first requests of drafts (no tool step, no retry)
     speculation: list[dict[str, Any]] = field(default_factory=list)  # rejoinder.speculation
     commits: list[float] = field(default_factory=list)  # every eot_decided (taken back or not)
     retractions: list[float] = field(default_factory=list)  # commits the transcript took back
@@ -184,6 +185,7 @@ class TurnRecord:
             "llm_first_tokens": [round(t, 3) for t in self.llm_first_tokens],
             "tool_decisions": self.tool_decisions,
             "llm_requests": self.llm_requests,
+            "llm_replies": self.llm_replies,
             "speculation": self.speculation,
             "commits": [round(t, 3) for t in self.commits],
             "retractions": [round(t, 3) for t in self.retractions],
@@ -308,6 +310,8 @@ class Timeline:
             rec.tool_decisions.append({**b.data, "t_ms": round(b.t_ms, 3)})
         elif b.name == "llm_request":
             rec.llm_requests += 1
+            if not b.data.get("step") and not b.data.get("retry"):
+                rec.llm_replies += 1
         elif b.name == "llm_end" and b.data.get("server"):
             rec.add_server_timing(b.data["server"])
         elif b.name == "eot_decided":

@@ -32,6 +32,9 @@ import numpy as np
 from .ports import VADPort
 
 
+_NONE: list = []  # no signals (shared, never appended to)
+
+
 @dataclass(frozen=True, slots=True)
 class VadSignal:
     kind: str  # "onset" | "voiced" | "pause"
@@ -53,7 +56,9 @@ class VadTracker:
         self.pause_ms = pause_ms
         self.window = vad.window_samples
         self.window_ms = 1000.0 * self.window / vad.sample_rate
-        self._buf = np.zeros(self.window * 4, dtype=np.float32)
+        # staging: samples [_pos, _fill) are not judged yet; compacted only when full
+        self._buf = np.zeros(self.window * 8, dtype=np.float32)
+        self._pos = 0
         self._win = np.zeros(self.window, dtype=np.float32)  # one window, scaled
         self._scale = 1.0
         self._fill = 0
@@ -71,6 +76,7 @@ class VadTracker:
     def reset(self) -> None:
         self.vad.reset()
         self._fill = 0
+        self._pos = 0
         self.speaking = False
         self._run_start = None
 
@@ -83,7 +89,10 @@ class VadTracker:
     def _on_prob(self, p: float, start_ms: float) -> None:
         """A batching VAD's answer for the window that started at ``start_ms``."""
         self.last_prob = p
-        out: list[VadSignal] = []
+        out: list[VadSignal] = _NONE  # judged into a fresh list only when something may change
+        if (p >= self.neg_threshold or p >= self.threshold or self._run_start is not None
+                or self.speaking):
+            out = []
         self._judge(p, start_ms, out)
         if out and self.on_signals is not None:
             self.on_signals(out)
@@ -93,38 +102,62 @@ class VadTracker:
         ``frame_start_ms``; returns the signals of the windows it completed (none with a
         batching VAD: they go to :attr:`on_signals` once judged)."""
         n = len(frame)
-        if (frame.dtype == np.int16) != (self._buf.dtype == np.int16):  # int16 stays int16 until a window is full
-            kept = self._buf[:self._fill].astype(np.float32) * (self._scale if self._scale != 1.0 else 1.0)
-            self._buf = np.zeros(len(self._buf), dtype=np.int16 if frame.dtype == np.int16 else np.float32)
-            self._scale = 1.0 / 32768.0 if frame.dtype == np.int16 else 1.0
-            self._buf[:self._fill] = kept / self._scale if self._scale != 1.0 else kept
-        if self._fill == 0:
+        buf = self._buf
+        if frame.dtype is not buf.dtype:  # int16 stays int16 until a window is full
+            self._convert(frame.dtype)
+            buf = self._buf
+        fill, pos = self._fill, self._pos
+        if fill == pos:  # nothing waiting: the buffer restarts with this frame
+            fill = pos = 0
             self._buf_start_ms = frame_start_ms
-        if self._fill + n > len(self._buf):
-            raise ValueError(f"frame of {n} samples is larger than the VAD buffer; use ≤ 20 ms frames")
-        self._buf[self._fill:self._fill + n] = frame
-        self._fill += n
+        elif fill + n > len(buf):  # full: move the waiting samples to the front
+            if fill - pos + n > len(buf):
+                raise ValueError(f"frame of {n} samples is larger than the VAD buffer; use ≤ 20 ms frames")
+            buf[:fill - pos] = buf[pos:fill]
+            fill -= pos
+            pos = 0
+        buf[fill:fill + n] = frame
+        fill += n
+        self._fill = fill
+        win = self.window
+        if fill - pos < win:
+            self._pos = pos
+            return _NONE
         out: list[VadSignal] = []
-        pos = 0
-        while self._fill - pos >= self.window:
-            start_ms = self._buf_start_ms + 1000.0 * pos / self.vad.sample_rate
-            raw = self._buf[pos:pos + self.window]
+        while fill - pos >= win:
+            start_ms = self._buf_start_ms
+            self._buf_start_ms = start_ms + self.window_ms
+            raw = buf[pos:pos + win]
+            pos += win
             if self._batched:
                 self.vad.submit(raw, self._scale, start_ms)  # type: ignore[attr-defined]
             else:
-                win = raw if self._scale == 1.0 else np.multiply(raw, self._scale, out=self._win)
-                p = self.vad.speech_prob(win)
+                w = raw if self._scale == 1.0 else np.multiply(raw, self._scale, out=self._win)
+                p = self.vad.speech_prob(w)
                 self.last_prob = p
                 self._judge(p, start_ms, out)
-            pos += self.window
-        if pos:
-            rest = self._fill - pos
-            self._buf[:rest] = self._buf[pos:self._fill]
-            self._fill = rest
-            self._buf_start_ms += 1000.0 * pos / self.vad.sample_rate
+        self._pos = pos
         return out
 
+    def _convert(self, dtype: np.dtype) -> None:
+        """Frames switched between int16 and float32: re-type the partial window kept."""
+        is16 = dtype == np.int16
+        kept = self._buf[self._pos:self._fill].astype(np.float32) * self._scale
+        self._buf = np.zeros(len(self._buf), dtype=np.int16 if is16 else np.float32)
+        self._scale = 1.0 / 32768.0 if is16 else 1.0
+        self._buf[:len(kept)] = kept / self._scale
+        self._fill, self._pos = len(kept), 0
+
     def _judge(self, p: float, start_ms: float, out: list[VadSignal]) -> None:
+        if (p < self.neg_threshold and p < self.threshold and self._run_start is None
+                and not self.speaking):
+            # silence goes on (most windows of a call): only the reset count moves
+            if self._silent_ms >= 0.0:
+                self._silent_ms += self.window_ms
+                if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
+                    self.vad.reset()  # once per silence: -1 marks "already reset"
+                    self._silent_ms = -1.0
+            return
         end_ms = start_ms + self.window_ms
         if p >= self.neg_threshold:
             self._silent_ms = 0.0

@@ -15,7 +15,9 @@ A model for the batcher implements :class:`BatchModel`: ``run(windows, slots)`` 
 ``(k,)``) and advances those slots' state; ``grow(n)``, ``reset_slot(i)``. Each call holds a
 :class:`BatchedVAD` stream (one slot): the :class:`~rejoinder.vad.VadTracker` submits windows
 to it and is called back with ``(p, window_start_ms)``; results are delivered in submission
-order per call (a call with a window already waiting flushes the batch first).
+order per call (a call with a window already waiting flushes the batch first). Windows of int16
+PCM are staged as int16 (one copy per window) and converted to float32 once per batch, for all
+rows at once: a per-window ``int16 × scale`` costs ≈ 3 µs on the reference box, the copy ≈ 0.4.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+_INT16 = np.dtype(np.int16)
 
 class BatchModel(Protocol):
     sample_rate: int
@@ -51,6 +54,8 @@ class VadBatcher:
         self.window = model.window_samples
         self._cap = 0
         self._win = np.zeros((0, self.window), dtype=np.float32)
+        self._raw16 = np.zeros((0, self.window), dtype=np.int16)  # int16 windows, as submitted
+        self._floats: list[int] = []  # slots whose waiting window came as float32 (in _win)
         self._start: list[float] = []
         self._cb: list[Callable[[float, float], None] | None] = []
         self._free: list[int] = []
@@ -65,6 +70,9 @@ class VadBatcher:
         win = np.zeros((cap, self.window), dtype=np.float32)
         win[:self._cap] = self._win
         self._win = win
+        raw16 = np.zeros((cap, self.window), dtype=np.int16)
+        raw16[:self._cap] = self._raw16
+        self._raw16 = raw16
         self._start += [0.0] * (cap - self._cap)
         self._cb += [None] * (cap - self._cap)
         self._is_pending += [False] * (cap - self._cap)
@@ -91,17 +99,22 @@ class VadBatcher:
         self._cb[slot] = cb
 
     def submit(self, slot: int, raw: np.ndarray, scale: float, start_ms: float) -> None:
-        """Queue one window (float32 values ``raw × scale``) of ``slot`` that starts at
-        ``start_ms``; it is scored at the end of this loop iteration."""
+        """Queue one window (float32 values ``raw × scale``; int16 ``raw`` must come with
+        ``scale`` 1/32768) of ``slot`` that starts at ``start_ms``; it is scored at the end of
+        this loop iteration."""
         if self._is_pending[slot]:  # its previous window is still waiting: score that first
             self.flush()
-        np.multiply(raw, scale, out=self._win[slot])
+        if raw.dtype is _INT16:
+            self._raw16[slot] = raw
+        else:
+            np.multiply(raw, scale, out=self._win[slot])
+            self._floats.append(slot)
         self._start[slot] = start_ms
         self._is_pending[slot] = True
         self._pending.append(slot)
-        loop = asyncio.get_running_loop()
-        if self._scheduled is not loop:  # (a flush scheduled on a loop that has ended never runs)
-            self._scheduled = loop
+        sched = self._scheduled
+        if sched is None or sched.is_closed():  # (a flush scheduled on a loop that has ended never runs)
+            self._scheduled = loop = asyncio.get_running_loop()
             loop.call_soon(self.flush)
 
     def flush(self) -> None:
@@ -112,7 +125,13 @@ class VadBatcher:
             return
         self._pending = []
         slots = np.fromiter(pending, dtype=np.intp, count=len(pending))
-        probs = self.model.run(self._win[slots], slots).tolist()
+        windows = np.multiply(self._raw16[slots], np.float32(1.0 / 32768.0), dtype=np.float32)
+        if self._floats:  # windows that came as float32 (already scaled)
+            floats = set(self._floats)
+            self._floats = []
+            rows = [i for i, slot in enumerate(pending) if slot in floats]
+            windows[rows] = self._win[slots[rows]]
+        probs = self.model.run(windows, slots).tolist()
         self.batches += 1
         self.windows += len(pending)
         cbs, starts, flags = self._cb, self._start, self._is_pending

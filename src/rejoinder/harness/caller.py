@@ -18,7 +18,7 @@ no ground truth; neither does a turn of ``kind: noise`` (babble, a cough): it is
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class RenderedTurn:
     voiced: tuple[int, int]  # first, last voiced sample (inclusive, exclusive)
     spec: object             # the CallerTurn
     _peaks: list[int] | None = None
+    _runs: dict = field(default_factory=dict)  # voiced runs by level (computed once)
 
     def frame_peaks(self) -> list[int]:
         """Peak |sample| of each 20 ms frame (computed once, so the frame loop does not)."""
@@ -44,6 +45,13 @@ class RenderedTurn:
             padded[:len(self.pcm)] = self.pcm
             self._peaks = np.abs(padded).reshape(-1, FRAME).max(axis=1).tolist() if n else []
         return self._peaks
+
+    def runs(self, level: int) -> list[tuple[float, float]]:
+        """:func:`voiced_runs` of the turn at ``level`` (computed once per level)."""
+        got = self._runs.get(level)
+        if got is None:
+            got = self._runs[level] = voiced_runs(self.pcm, level)
+        return got
 
 
 def voiced_span(pcm: np.ndarray, level: int = 328, block: int = 160) -> tuple[int, int]:
@@ -206,42 +214,46 @@ class SimulatedCaller:
     def next_frame(self, now: float) -> np.ndarray:
         """The caller's 20 ms frame (int16, 16 kHz) starting at ``now`` ms."""
         t0 = time.perf_counter()
-        try:
-            cue = self._cue(now) if self._cur is None and self.next_turn < len(self.turns) else None
-            if cue is not None:
-                self._cur = self.turns[self.next_turn]
-                self._peaks = self._cur.frame_peaks()
-                self._pos = 0
-                self._cur_start = now
-                a, b = self._cur.voiced
-                if b > a and self._cur.spec.kind != "noise":  # dead air and noise are no utterance
-                    self.truth.append((self.next_turn, now + 1000.0 * a / RATE, now + 1000.0 * b / RATE))
-                    self.speech_runs += [(self.next_turn, now + x, now + y)
-                                         for x, y in voiced_runs(self._cur.pcm, self.level)]
-                self.cues.append({"turn": self.next_turn, "cue": cue, "at_ms": now,
-                                  "missed": cue == "timeout"})
-                self.next_turn += 1
-            if self._cur is None:
+        cur = self._cur
+        if cur is None:
+            cue = self._cue(now) if self.next_turn < len(self.turns) else None
+            if cue is None:
                 if self.next_turn >= len(self.turns):
                     self.done = self._finished(now)
                 self.last_peak = 0
+                self.cpu_s += time.perf_counter() - t0
                 return self._silence
-            pcm = self._cur.pcm[self._pos:self._pos + FRAME]
-            self.last_peak = self._peaks[self._pos // FRAME]
-            self._pos += FRAME
-            if self._pos >= len(self._cur.pcm):
-                self._cur = None
-                self._last_turn_end = now + 1000.0 * len(pcm) / RATE
-                self._agent_first_heard = None
-                self._agent_last_heard = None
+            cur = self._start(cue, now)
+        pos = self._pos
+        pcm = cur.pcm[pos:pos + FRAME]
+        self.last_peak = self._peaks[pos // FRAME]
+        self._pos = pos = pos + FRAME
+        if pos >= len(cur.pcm):
+            self._cur = None
+            self._last_turn_end = now + 1000.0 * len(pcm) / RATE
+            self._agent_first_heard = None
+            self._agent_last_heard = None
             if len(pcm) < FRAME:  # the turn's last, partial frame
                 pad = self._pad
                 pad[:len(pcm)] = pcm
                 pad[len(pcm):] = 0
                 pcm = pad
-            return pcm
-        finally:
-            self.cpu_s += time.perf_counter() - t0
+        self.cpu_s += time.perf_counter() - t0
+        return pcm
+
+    def _start(self, cue: str, now: float) -> RenderedTurn:
+        """Begin the next turn on ``cue`` at ``now``."""
+        cur = self._cur = self.turns[self.next_turn]
+        self._peaks = cur.frame_peaks()
+        self._pos = 0
+        self._cur_start = now
+        a, b = cur.voiced
+        if b > a and cur.spec.kind != "noise":  # dead air and noise are no utterance
+            self.truth.append((self.next_turn, now + 1000.0 * a / RATE, now + 1000.0 * b / RATE))
+            self.speech_runs += [(self.next_turn, now + x, now + y) for x, y in cur.runs(self.level)]
+        self.cues.append({"turn": self.next_turn, "cue": cue, "at_ms": now, "missed": cue == "timeout"})
+        self.next_turn += 1
+        return cur
 
     def _finished(self, now: float) -> bool:
         """After the last turn: quiet for ``tail_ms`` once the agent has answered (or at once

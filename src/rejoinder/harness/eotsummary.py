@@ -8,7 +8,9 @@
   transcript took back before the caller went on (``retracted``, not cut-offs).
 * ``speculation``: speculative drafts, hit rate (kept or extended / speculative), ms saved by
   the kept ones (p50/p95), LLM calls per caller turn (every request: speculative drafts and tool
-  steps too) and the wasted ones, tokens and tool runs wasted, unconfirmed words spoken.
+  steps too) and the wasted ones, replies started per caller turn (speculative drafts and
+  committed replies, without a tool round's next step or a retry: what speculation itself costs
+  in LLM calls), tokens and tool runs wasted, unconfirmed words spoken.
 * ``silence``: the longest silence the caller heard per turn, p50/p95/max over all turns and
   over tool turns.
 """
@@ -47,6 +49,10 @@ def speculation_summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
             "saved_ms": percentiles(x for s in sp for x in s["saved_ms"]),
             "turns": turns,
             "llm_calls_per_turn": round(sum(s["llm_requests"] for s in sp) / turns, 3) if turns else None,
+            # replies started per turn: speculative drafts and committed replies (a tool round's
+            # next step and a retry continue the same reply): speculation's own LLM cost
+            "llm_replies_per_turn": (round(sum(s.get("llm_replies", 0) for s in sp) / turns, 3)
+                                     if turns else None),
             "wasted_llm_calls_per_turn": (round(sum(s["wasted_llm_requests"] for s in sp) / turns, 3)
                                           if turns else None),
             "wasted_tokens": sum(s["wasted_tokens"] for s in sp),
@@ -80,7 +86,8 @@ def eot_table(summary: dict[str, Any]):
 
     t = Table(title="end of turn, speculation, silence (caller's own audio; ms)", box=box.SIMPLE_HEAD)
     for h in ("N", "endpt p50", "p95", "false cut-offs", "rate", "in numbers", "spec hit",
-              "saved p50", "LLM calls/turn", "unconfirmed words", "silence p95", "tool turns p95"):
+              "saved p50", "LLM calls/turn", "replies/turn", "unconfirmed words", "silence p95",
+              "tool turns p95"):
         t.add_column(h, justify="right")
     rows = 0
     for lv in summary["levels"]:
@@ -91,6 +98,7 @@ def eot_table(summary: dict[str, Any]):
         t.add_row(str(lv["concurrency"]), f(ep["delay_ms"]["p50"]), f(ep["delay_ms"]["p95"]),
                   f"{ep['false_cutoffs']}/{ep['utterances']}", f(ep["false_cutoff_rate"]),
                   str(ep["false_cutoffs_in_numbers"]), f(sp["hit_rate"]), f(sp["saved_ms"]["p50"]),
-                  f(sp["llm_calls_per_turn"]), str(sp["unconfirmed_words"]),
+                  f(sp["llm_calls_per_turn"]), f(sp.get("llm_replies_per_turn")),
+                  str(sp["unconfirmed_words"]),
                   f(si["longest_silence_ms"]["p95"]), f(si["tool_turns_longest_silence_ms"]["p95"]))
     return t if rows else None
