@@ -4,7 +4,8 @@ Each level runs N simulated calls at once in one fresh process (``--child``), wi
 models (``_zerocost.py``: every model answers at once, so what is measured is the runtime's own
 orchestration on the real audio path: frame loops, VAD tracking, turn-taking, the agent loop,
 chunking, playout, the simulated callers), or with the real Silero VAD (``--vad silero``) and
-zero-cost other models. Calls start spread over ``--stagger`` seconds; measurement starts when the
+zero-cost other models (the caller then says a real recording, 1.6 s: Silero hears no speech in
+a tone). Calls start spread over ``--stagger`` seconds; measurement starts when the
 last one has started and ends when the first one ends, so all N are live throughout.
 
 Per level it reports **frame age** — how late each 20 ms caller frame was processed after it was
@@ -41,6 +42,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+# real speech for --vad silero: Asterisk prompt "Thank you for your patience" (1.6 s; Allison Smith,
+# CC-BY-SA-3.0, Debian's asterisk-core-sounds-en-wav, installed by scripts/setup.sh)
+SPEECH = "/usr/share/asterisk/sounds/en/queue-thankyou.wav"
 
 
 # --- the child: one level in one process ---------------------------------------------------------
@@ -72,7 +76,13 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
 
     make_vad = zc.vad_factory(vad)
     cycle_s = 2.6  # a caller turn and the agent's reply
-    turns = zc.caller_turns(int((seconds + stagger) / cycle_s) + 3)
+    speech = None
+    if vad == "silero":  # Silero hears no speech in a tone: the caller says a real recording
+        from rejoinder.audio_io import load_audio, resample, to_int16
+        x, sr = load_audio(SPEECH)
+        speech = to_int16(resample(x, sr, 16000))
+        cycle_s += len(speech) / 16000 - 0.9
+    turns = zc.caller_turns(int((seconds + stagger) / cycle_s) + 3, audio=speech)
     agent = zc.agent()
     try:
         from rejoinder.gctune import tune

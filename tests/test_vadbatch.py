@@ -168,3 +168,44 @@ async def test_int16_windows_are_scored_as_the_same_floats_in_a_mixed_batch() ->
     np.testing.assert_array_equal(seen[0][1], np.full(512, 0.25, np.float32))
     np.testing.assert_array_equal(seen[0][2], pcm[::-1].astype(np.float32) / 32768.0)
     assert got == {a: float(pcm.max()) / 32768.0, f: 0.25, c: float(pcm.max()) / 32768.0}
+
+
+async def test_an_offloaded_model_scores_on_its_worker_in_order_and_frees_slots_only_after() -> None:
+    """``offload``: batches run on the batcher's worker thread while the loop goes on; each
+    stream's probabilities come back in order, state changes (reset, grow) are queued behind the
+    batches in flight, and a slot closed with windows in flight is reused only after they are
+    delivered (never to the next call)."""
+    import threading
+
+    gate = threading.Event()
+    threads: set[str] = set()
+
+    class Slow(CountingModel):
+        offload = True
+
+        def run(self, windows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+            threads.add(threading.current_thread().name)
+            gate.wait(5.0)  # the loop must not wait for this
+            return super().run(windows, slots)
+
+    model = Slow()
+    b = VadBatcher(model, slots=1)
+    got: list[tuple[int, float, float]] = []
+    a, c = b.open(), b.open()  # the second grows the batcher (queued on the worker)
+    for s in (a, c):
+        b.bind(s, lambda p, t, s=s: got.append((s, round(p, 3), t)))
+    for k in range(3):
+        b.submit(a, np.full(512, 0.1 * (k + 1), np.float32), 1.0, 32.0 * k)
+        b.submit(c, np.full(512, 0.5, np.float32), 1.0, 32.0 * k)
+        await asyncio.sleep(0)  # a batch is handed over; the loop is free at once
+    assert got == [] and b.batches == 3
+    b.close(c)  # closed with three windows in flight
+    assert b.open() != c  # ... so its slot is not handed out yet
+    gate.set()
+    for _ in range(200):
+        if len(got) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert got == [(a, 0.1, 0.0), (a, 0.2, 32.0), (a, 0.3, 64.0)]  # c was closed: not delivered
+    assert threads == {"rejoinder-vad-batch_0"}
+    assert model.state[a] == 3 and c in b._free

@@ -10,6 +10,16 @@ arrive from sockets are batched with whatever else arrived in the same iteration
 2-core machine: Silero v6.2 costs ≈40 µs per window in batches of 32–1000 against ≈100–160 µs one
 at a time (``bench/capacity.py --vad silero``).
 
+A model whose ``offload`` attribute is true (Silero: its batch is real inference, ≈ 40 µs a window)
+is run **off the event loop**, on one worker thread of its own (:func:`rejoinder._threads.
+model_thread`): the loop gathers the batch, the worker scores it while the loop goes on with the
+next frames, and the probabilities come back to the loop in batch order. Every call into that
+model (``grow``, ``reset_slot``, ``run``) goes through the same single worker, first in first
+out, so a stream's recurrent state is advanced, reset and grown in the order the loop asked for;
+a slot is reused only once its windows in flight are delivered. One thread hop per batch, never
+per frame; onnxruntime releases the GIL while it runs, so with 300 calls the ≈ 0.4 core of Silero
+runs beside the loop's own work instead of inside it (``bench/capacity.py --vad silero``).
+
 A model for the batcher implements :class:`BatchModel`: ``run(windows, slots)`` scores
 ``windows`` (float32 ``(k, window_samples)`` in [-1, 1]) for the given state ``slots`` (int array
 ``(k,)``) and advances those slots' state; ``grow(n)``, ``reset_slot(i)``. Each call holds a
@@ -23,12 +33,20 @@ rows at once: a per-window ``int16 × scale`` costs ≈ 3 µs on the reference b
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Callable, Protocol
 
 import numpy as np
 
 _INT16 = np.dtype(np.int16)
+log = logging.getLogger("rejoinder.vadbatch")
+
+
+def _worker():
+    """The batched VAD's own thread (one per process; batches and state changes in order)."""
+    from ._threads import model_thread
+    return model_thread("vad-batch")
 
 class BatchModel(Protocol):
     sample_rate: int
@@ -47,10 +65,14 @@ class VadBatcher:
     Args:
         model: the :class:`BatchModel`.
         slots: initial number of streams (grows by doubling).
+        offload: run the model on a worker thread of its own (default: the model's ``offload``
+            attribute, else False: inline, at the end of the loop iteration).
     """
 
-    def __init__(self, model: BatchModel, slots: int = 64) -> None:
+    def __init__(self, model: BatchModel, slots: int = 64, offload: bool | None = None) -> None:
         self.model = model
+        self.offload = bool(getattr(model, "offload", False)) if offload is None else offload
+        self._inflight: list[int] = []  # per slot: windows handed to the worker, not delivered
         self.window = model.window_samples
         self._cap = 0
         self._win = np.zeros((0, self.window), dtype=np.float32)
@@ -76,9 +98,17 @@ class VadBatcher:
         self._start += [0.0] * (cap - self._cap)
         self._cb += [None] * (cap - self._cap)
         self._is_pending += [False] * (cap - self._cap)
+        self._inflight += [0] * (cap - self._cap)
         self._free += list(range(cap - 1, self._cap - 1, -1))
-        self.model.grow(cap)
+        self._call(self.model.grow, cap)
         self._cap = cap
+
+    def _call(self, fn: Callable, *args) -> None:
+        """A state-changing model call: inline, or queued behind the batches in flight."""
+        if self.offload:
+            _worker().submit(fn, *args)
+        else:
+            fn(*args)
 
     # --- streams ------------------------------------------------------------------------------
     def open(self) -> int:
@@ -86,14 +116,14 @@ class VadBatcher:
         if not self._free:
             self._grow(2 * self._cap)
         slot = self._free.pop()
-        self.model.reset_slot(slot)
+        self._call(self.model.reset_slot, slot)
         return slot
 
     def close(self, slot: int) -> None:
         self._cb[slot] = None
-        if not self._is_pending[slot]:
+        if not self._is_pending[slot] and not self._inflight[slot]:
             self._free.append(slot)
-        # (a slot with a window waiting is freed by the flush that scores it)
+        # (a slot with a window waiting or in flight is freed when its last window is delivered)
 
     def bind(self, slot: int, cb: Callable[[float, float], None]) -> None:
         self._cb[slot] = cb
@@ -131,20 +161,48 @@ class VadBatcher:
             self._floats = []
             rows = [i for i, slot in enumerate(pending) if slot in floats]
             windows[rows] = self._win[slots[rows]]
-        probs = self.model.run(windows, slots).tolist()
         self.batches += 1
         self.windows += len(pending)
-        cbs, starts, flags = self._cb, self._start, self._is_pending
-        for slot, p in zip(pending, probs):
+        starts = [self._start[slot] for slot in pending]
+        flags = self._is_pending
+        for slot in pending:
             flags[slot] = False
+        if not self.offload:
+            self._deliver(pending, starts, self.model.run(windows, slots).tolist())
+            return
+        inflight = self._inflight
+        for slot in pending:
+            inflight[slot] += 1
+        loop = asyncio.get_running_loop()
+        run = self.model.run
+
+        def score() -> None:  # on the worker
+            try:
+                probs = run(windows, slots).tolist()
+            except Exception:  # noqa: BLE001 — logged; the streams hear silence (p = 0)
+                log.exception("batched VAD failed; %d windows scored as silence", len(pending))
+                probs = [0.0] * len(pending)
+            try:
+                loop.call_soon_threadsafe(self._deliver, pending, starts, probs)
+            except RuntimeError:  # the loop has closed: nobody is listening any more
+                pass
+
+        _worker().submit(score)
+
+    def _deliver(self, pending: list[int], starts: list[float], probs: list[float]) -> None:
+        """Hand each stream its probability, in submission order; free closed slots."""
+        cbs, inflight, offload = self._cb, self._inflight, self.offload
+        for slot, start, p in zip(pending, starts, probs):
+            if offload:
+                inflight[slot] -= 1
             cb = cbs[slot]
-            if cb is None:  # closed while waiting
-                self._free.append(slot)
-            else:
-                cb(p, starts[slot])
+            if cb is not None:
+                cb(p, start)
+            elif not inflight[slot] and not self._is_pending[slot] and slot not in self._free:
+                self._free.append(slot)  # closed while its windows were scored
 
     def reset(self, slot: int) -> None:
-        self.model.reset_slot(slot)
+        self._call(self.model.reset_slot, slot)
 
 
 class BatchedVAD:

@@ -53,6 +53,8 @@ class SileroBatchModel:
 
     sample_rate = SAMPLE_RATE
     window_samples = WINDOW
+    #: scored on the batcher's own worker thread, beside the event loop (rejoinder.vadbatch)
+    offload = True
 
     def __init__(self, model_path: str | Path | None = None, *, threads: int = 1) -> None:
         self.model_path = Path(model_path) if model_path else silero_batch_model_path()
