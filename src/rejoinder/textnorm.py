@@ -360,7 +360,8 @@ def normalize_for_speech(text: str, context: str = "") -> str:
     ctx = unicodedata.normalize("NFC", context)
     t, start = ctx + unicodedata.normalize("NFC", text), len(ctx)
     t = _strip_markdown(t, start)
-    t = t[:start] + "".join(" " if _is_emoji(c) else c for c in t[start:])
+    if not t.isascii():  # (emoji and their modifiers are never ASCII)
+        t = t[:start] + "".join(" " if _is_emoji(c) else c for c in t[start:])
     t = roman_numerals(t, start)
     for pattern, repl in _RULES:
         t = sub_from(pattern, repl, t, start)

@@ -30,6 +30,8 @@ _Repl = str | Callable[[re.Match[str]], str]
 def sub_from(pattern: re.Pattern[str], repl: _Repl, text: str, start: int) -> str:
     """``pattern.sub(repl, text)`` for matches starting at or after ``start`` only; lookbehinds,
     ``\\b`` and ``^`` still see the text before ``start``."""
+    if pattern.search(text, start) is None:  # most rules match nothing in a chunk: no copy
+        return text
     fn = repl if callable(repl) else (lambda m: m.expand(repl))  # type: ignore[arg-type, return-value]
     parts, pos = [text[:start]], start
     for m in pattern.finditer(text, start):
