@@ -118,10 +118,10 @@ class FillerPolicy(BaseModel):
     * ``enabled`` (off): a filler whenever no speakable text has come ``after_ms`` after the
       reply started, whatever the cause.
 
-    After a filler, while no answer has come, ``hold_phrases`` are said one at a time, each
-    once the line has been quiet ``hold_after_ms``, so a wait longer than expected does not
-    leave the line quiet long enough for the caller to take the turn; marked
-    ``source="filler"`` like the filler."""
+    After a filler, while no audio of the answer is ready, ``hold_phrases`` are said one at a
+    time, each as the audio before it is about to run out (``hold_lead_ms``), so a wait longer
+    than expected does not leave the line quiet long enough for the caller to take the turn;
+    marked ``source="filler"`` like the filler."""
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = False
@@ -138,12 +138,13 @@ class FillerPolicy(BaseModel):
     phrases: tuple[str, ...] = ("One moment.",)
     hold_phrases: tuple[str, ...] = Field(
         ("Let me check.", "Just a second."), description="said one at a time after a filler "
-        "while the answer has not come, each once the line has been quiet hold_after_ms: the "
-        "harness's simulated caller, like a person, takes the turn after 600 ms of silence, and "
-        "talked over answers that came later")
-    hold_after_ms: float = Field(150.0, ge=0, description="silence (ms) after the reply's audio "
-                                 "ran out, with no answer come, before the next hold phrase is "
-                                 "sent to TTS (its synthesis adds 100-300 ms on 2 cores)")
+        "while no audio of the answer is ready, each as the audio before it is about to run "
+        "out (hold_lead_ms): the harness's simulated caller, like a person, takes the turn "
+        "after 600 ms of silence, and talked over answers that came later")
+    hold_lead_ms: float = Field(300.0, ge=0, description="audio left to play (ms) at which the "
+                                "next hold phrase is sent to TTS when no audio of the answer is "
+                                "ready (Piper took 100-350 ms to a short phrase's first audio "
+                                "on a busy 2-core box)")
 
 
 @dataclass
@@ -279,6 +280,8 @@ class Reply:
         def put(chunk: str, src: str, stp: int) -> None:
             queue.put_nowait((chunk, src, stp, resume[0]))
             resume[0] = False
+            if src != "filler":
+                self._holding = False  # the answer's words are on their way to TTS
 
         try:
             filled = False
@@ -287,8 +290,8 @@ class Reply:
                 if item is None:  # the answer is late: a hold phrase, a chunk of its own
                     put(next(holds) + " ", "filler", step)
                     continue
-                if item.text.strip():
-                    self._holding = item.source == "filler"
+                if item.source == "filler" and item.text.strip():
+                    self._holding = True  # (the catch-all filler of filler.enabled)
                 if item.flush and not filled and self._long_wait(item):
                     filled = True  # once per reply: the caller knows the agent is on it
                     for chunk in chunker.flush():
@@ -334,11 +337,10 @@ class Reply:
 
     async def _with_holds(self, items: AsyncIterable["Say"],
                           queue: asyncio.Queue) -> AsyncIterator["Say | None"]:
-        """``items``, and None where a hold phrase is due: a filler was said, no answer has come,
-        nothing waits for TTS and the reply's audio ran out ``filler.hold_after_ms`` ago.
-        Checked every ``HOLD_POLL_MS`` (call clock) while holding."""
+        """``items``, and None where a hold phrase is due: a filler was said, no chunk of the
+        answer has gone to TTS, nothing waits for TTS and the audio queued ahead has less than
+        ``filler.hold_lead_ms`` left to play. Checked every ``HOLD_POLL_MS`` (call clock)."""
         it = aiter(items)
-        dry_since: float | None = None
         while True:
             nxt = asyncio.ensure_future(anext(it))
             try:
@@ -351,14 +353,8 @@ class Reply:
                         break
                     except TimeoutError:
                         ahead = self._ahead_ms()
-                        if not queue.empty() or ahead is None or ahead > 0:
-                            dry_since = None
-                            continue
-                        now = self.st.now()
-                        dry_since = now if dry_since is None else dry_since
-                        if now - dry_since >= self.filler.hold_after_ms:
+                        if queue.empty() and ahead is not None and ahead <= self.filler.hold_lead_ms:
                             self._holds_left -= 1
-                            dry_since = None
                             yield None
             except StopAsyncIteration:
                 return
