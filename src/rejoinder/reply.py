@@ -361,7 +361,8 @@ class Reply:
             finally:
                 if not nxt.done():
                     nxt.cancel()
-                    await asyncio.gather(nxt, return_exceptions=True)
+                # retrieved, also when the reply was cut while a hold was being said
+                await asyncio.gather(nxt, return_exceptions=True)
             yield item
 
     def _long_wait(self, item: "Say") -> bool:
