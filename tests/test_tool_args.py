@@ -47,3 +47,21 @@ async def test_recorded_arguments_are_the_validated_ones_and_bad_ones_stay_as_wr
     # the LLM's own words stay in its context (the KV cache holds what it wrote)
     after = [r for r in llm.requests if r.messages[-1].role == "tool"]
     assert after[0].messages[-2].tool_calls[0].arguments == {"order_id": "4, 2, 1, 7"}
+
+
+def test_schemas_say_whose_results_hold_facts_for_the_caller():
+    from rejoinder.calltools import end_call, transfer_to_human
+
+    @tool(reversible=True)
+    def lookup(order_id: str) -> dict:
+        """Look up an order."""
+        return {}
+
+    @tool(background=True)
+    def export(year: int) -> dict:
+        """Export a year of invoices."""
+        return {}
+
+    assert lookup.schema.tells  # its result is read to the caller (facts first)
+    assert not export.schema.tells  # "started": the result comes later
+    assert not end_call().schema.tells and not transfer_to_human().schema.tells  # call control

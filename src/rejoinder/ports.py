@@ -93,6 +93,9 @@ class ToolSchema:
     #: caller utterances that call for this tool (the tool gate's few-shot examples and
     #: calibration set, :mod:`rejoinder.calibrate`); never sent as part of the schema
     examples: tuple[str, ...] = ()
+    #: whether its result holds facts the reply tells the caller (False: call control and
+    #: background tools, whose results tell the LLM what happens next); never sent either
+    tells: bool = True
 
 
 @dataclass(frozen=True, slots=True)

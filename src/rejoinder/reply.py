@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass, field
-from typing import AsyncIterable, Iterable, Iterator, Sequence
+from typing import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
 
 import numpy as np
 import soxr
@@ -116,7 +116,12 @@ class FillerPolicy(BaseModel):
       round known to be quick, nor one already over when the reply gets there (a preemptive
       draft ran it);
     * ``enabled`` (off): a filler whenever no speakable text has come ``after_ms`` after the
-      reply started, whatever the cause."""
+      reply started, whatever the cause.
+
+    After a filler, while no audio of the answer is ready, ``hold_phrases`` are said one at a
+    time, each as the audio before it is about to run out (``hold_lead_ms``), so a wait longer
+    than expected does not leave the line quiet long enough for the caller to take the turn;
+    marked ``source="filler"`` like the filler."""
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = False
@@ -131,6 +136,15 @@ class FillerPolicy(BaseModel):
                                     "this process has observed one, when the LLM adapter declares "
                                     "none (LlamaLLM declares 700)")
     phrases: tuple[str, ...] = ("One moment.",)
+    hold_phrases: tuple[str, ...] = Field(
+        ("Let me check.", "Just a second."), description="said one at a time after a filler "
+        "while no audio of the answer is ready, each as the audio before it is about to run "
+        "out (hold_lead_ms): the harness's simulated caller, like a person, takes the turn "
+        "after 600 ms of silence, and talked over answers that came later")
+    hold_lead_ms: float = Field(300.0, ge=0, description="audio left to play (ms) at which the "
+                                "next hold phrase is sent to TTS when no audio of the answer is "
+                                "ready (Piper took 100-350 ms to a short phrase's first audio "
+                                "on a busy 2-core box)")
 
 
 @dataclass
@@ -199,6 +213,8 @@ RUN_DRY_MS = 600.0
 #: "The wireless headphones of order 4217 were shipped on Friday," held the answer about 330 ms
 #: of decoding and 280–400 ms of synthesis after the results were read.
 AFTER_TOOLS_FIRST_WORDS = 6
+#: how often (ms, call clock) a reply that said a filler checks whether a hold phrase is due
+HOLD_POLL_MS = 30.0
 AFTER_TOOLS_FIRST_CHARS = 40
 
 
@@ -236,6 +252,8 @@ class Reply:
         self._index = 0
         self._samples_per_char: float | None = None
         self._answer_marked = False
+        self._holding = False  # a filler was said and the answer has not come yet
+        self._holds_left = 0  # hold phrases not said yet in this reply
 
     async def speak(self, items: AsyncIterable["Say"]) -> None:
         """Speak ``items`` (text deltas with their source) as they arrive; returns when all audio
@@ -255,21 +273,32 @@ class Reply:
                        queue: asyncio.Queue[tuple[str, str, int, bool] | None]) -> None:
         """Chunk the text as it arrives; a change of source or step (or a flush) ends the chunk."""
         chunker, source, step = SpeakableChunker(), "llm", 0
+        holds = iter(self.filler.hold_phrases)
+        self._holds_left = len(self.filler.hold_phrases)
         resume = [False]  # the next chunk continues the reply after a recovery
 
         def put(chunk: str, src: str, stp: int) -> None:
             queue.put_nowait((chunk, src, stp, resume[0]))
             resume[0] = False
+            if src != "filler":
+                self._holding = False  # the answer's words are on their way to TTS
 
         try:
             filled = False
-            async for item in (self._with_filler(items) if self.filler.enabled else items):
+            items = self._with_filler(items) if self.filler.enabled else items
+            async for item in self._with_holds(items, queue):
+                if item is None:  # the answer is late: a hold phrase, a chunk of its own
+                    put(next(holds) + " ", "filler", step)
+                    continue
+                if item.source == "filler" and item.text.strip():
+                    self._holding = True  # (the catch-all filler of filler.enabled)
                 if item.flush and not filled and self._long_wait(item):
                     filled = True  # once per reply: the caller knows the agent is on it
                     for chunk in chunker.flush():
                         put(chunk, source, step)
                     put(self.filler.phrases[0] + " ", "filler", step)  # the answer follows
                     source = "filler"
+                    self._holding = True
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):
                     for chunk in chunker.flush():
                         put(chunk, source, step)
@@ -296,6 +325,45 @@ class Reply:
         if audio is None or audio.turn_id != self.turn_id or not audio.queued:
             return False
         return (audio.queued - audio.played) * 1000.0 / self.playout.rate < RUN_DRY_MS
+
+    def _ahead_ms(self) -> float | None:
+        """Audio of this reply queued ahead of the caller (ms), once all that was sent to TTS is
+        synthesized; None while a chunk is still being synthesized or nothing has played."""
+        audio = self.playout.reply
+        if (audio is None or audio.turn_id != self.turn_id or not audio.queued or not self.spoken
+                or not self.spoken[-1].complete):
+            return None
+        return (audio.queued - audio.played) * 1000.0 / self.playout.rate
+
+    async def _with_holds(self, items: AsyncIterable["Say"],
+                          queue: asyncio.Queue) -> AsyncIterator["Say | None"]:
+        """``items``, and None where a hold phrase is due: a filler was said, no chunk of the
+        answer has gone to TTS, nothing waits for TTS and the audio queued ahead has less than
+        ``filler.hold_lead_ms`` left to play. Checked every ``HOLD_POLL_MS`` (call clock)."""
+        it = aiter(items)
+        while True:
+            nxt = asyncio.ensure_future(anext(it))
+            try:
+                while True:
+                    if not (self._holding and self._holds_left):
+                        item = await nxt
+                        break
+                    try:
+                        item = await wait_within(self.st.clock, nxt, HOLD_POLL_MS)
+                        break
+                    except TimeoutError:
+                        ahead = self._ahead_ms()
+                        if queue.empty() and ahead is not None and ahead <= self.filler.hold_lead_ms:
+                            self._holds_left -= 1
+                            yield None
+            except StopAsyncIteration:
+                return
+            finally:
+                if not nxt.done():
+                    nxt.cancel()
+                # retrieved, also when the reply was cut while a hold was being said
+                await asyncio.gather(nxt, return_exceptions=True)
+            yield item
 
     def _long_wait(self, item: "Say") -> bool:
         """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more."""

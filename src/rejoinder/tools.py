@@ -184,7 +184,8 @@ class Tool:
         self.params: type[BaseModel] = create_model(  # type: ignore[call-overload]
             f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
         self.schema = ToolSchema(self.name, self.description,
-                                 _clean_schema(self.params.model_json_schema()), self.examples)
+                                 _clean_schema(self.params.model_json_schema()), self.examples,
+                                 tells=self.filler and not self.background)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, reversible={self.reversible})"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from rejoinder.adapters._fastgrammar import GrammarMask
-from rejoinder.adapters._grounded import (COMMON_WORDS, after_tool_result, reply_grammar,
-                                          reply_vocabulary)
+from rejoinder.adapters._grounded import (COMMON_WORDS, after_tool_result, reply_facts,
+                                          reply_grammar, reply_vocabulary)
 from rejoinder.ports import ChatMessage, LLMRequest, ToolCall
 
 from tool_cases import SUPPORT, TOOLS
@@ -64,6 +64,61 @@ def test_grammar_lists_each_word_capitalised_and_the_call_openers():
     for piece in ('"your"', '"Your"', '"order"', '"Order"', '"I\'m"', '"Friday, December 18"'):
         assert piece in gbnf
     assert '"i\'m"' not in gbnf  # "I" is written capitalised only
+
+
+def test_facts_are_the_new_rounds_uncommon_value_words_in_order_once():
+    msgs = _messages({"order 3602": "the rain jacket of order 3602 is still processing and "
+                                    "should arrive Friday, December 18"})
+    assert reply_facts(msgs) == ["rain", "jacket", "order", "3602", "processing", "arrive",
+                                 "Friday", "December", "18"]
+    assert reply_facts(_messages()) == ["3602", "rain", "jacket", "processing", "Friday",
+                                        "December", "18"]  # values only, not the keys
+    # an error's text is the fact to tell; an earlier round of the same reply is not
+    err = ChatMessage("tool", json.dumps({"error": "Saturday at 10 AM is outside opening hours"}),
+                      name="reschedule_appointment", tool_call_id="c2")
+    later = _messages() + (ChatMessage("assistant", "Your rain jacket is processing.",
+                                       tool_calls=(ToolCall("c2", "reschedule_appointment", {}),)),
+                           err)
+    assert reply_facts(later) == ["Saturday", "10", "outside", "opening", "hours"]  # ("am": common)
+    assert reply_facts(_messages()[:3]) == []  # not after a tool result
+    assert reply_facts(_messages(), skip={"lookup_order"}) == []  # e.g. call control's results
+    assert len(reply_facts(_messages({"a": " ".join(f"w{i}" for i in range(40))}))) == 12
+
+
+def test_with_facts_the_first_sentence_holds_each_in_order_with_bounded_words_around():
+    gbnf = reply_grammar({"your", "order", "is", "the"}, {"Friday, December 18"}, ("<tool_call>",),
+                         facts=["3602", "processing"])
+    assert gbnf.startswith('root ::= first (" " sentence)? | "<tool_call>"')
+    assert 'f0 ::= "3602"' in gbnf and 'f1 ::= "Processing" | "processing"' in gbnf
+    assert ('first ::= (v sep){0,4} f0 sep (v sep){0,3} f1 (sep v){0,8} [.?!]') in gbnf
+    v = next(line for line in gbnf.splitlines() if line.startswith("v ::="))
+    assert '"Friday, December 18"' not in v and '"order"' in v  # words only
+    assert '"processing"' not in v  # a fact is said at its place only
+
+
+def test_the_fact_grammar_accepts_a_reply_with_the_facts_and_refuses_one_without(grounded_llm):
+    from llama_cpp import llama_cpp as C
+
+    llm = grounded_llm._llm
+    gbnf = reply_grammar({"your", "order", "is", "still", "the"}, set(), facts=["3602", "processing"])
+
+    def accepts(text: str) -> bool:
+        sampler = C.llama_sampler_init_grammar(llm._model.vocab, gbnf.encode(), b"root")
+        try:
+            for tok in llm.tokenize(text.encode(), add_bos=False, special=False):
+                arr = (C.llama_token_data * 1)(C.llama_token_data(tok, 0.0, 0.0))
+                p = C.llama_token_data_array(arr, 1, -1, False)
+                C.llama_sampler_apply(sampler, C.ctypes.byref(p))
+                if arr[0].logit == float("-inf"):
+                    return False
+                C.llama_sampler_accept(sampler, tok)
+            return True
+        finally:
+            C.llama_sampler_free(sampler)
+
+    assert accepts("Your order 3602 is still processing.")
+    assert not accepts("Your order is still processing.")  # 3602 left out
+    assert not accepts("Your order 3602 is still.")  # ended before the last fact
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,25 @@ to "The caller is …" (the instructions speak of "the caller") and "Reschedule 
 Numbers therefore come only from the results or the caller: the reply cannot invent an order
 number, a date or a price. The reply is one or two sentences (:func:`reply_grammar`), or the
 format's call opener, so the model may still call another tool in the same reply.
+
+**The facts come first.** Within those words, SmolLM2-135M still wrote replies that carry none
+of the result's facts in whole calls ("The 6120 is a 6120, and the 6120 is a desk lamp."; "The
+haircut is not a Sunday, but it's a Monday."): the vocabulary bounds the words, not which of
+them are said. So the *first* sentence must also contain the result's fact words
+(:func:`reply_facts`: the words of the values the tools just returned that are not common
+words — items, numbers, days, dates, statuses), in the order the result gives them, with at
+most a few of the model's own words before, between and after them: ordered positive lexical
+constraints (Hokamp & Liu's constraints are of this kind; here a grammar, so the search is the
+model's own greedy or sampled decoding). The model still writes the sentence — which words join
+the facts, their case, how it ends and whether a second sentence follows — but it cannot leave a
+fact out or end before it has said them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from ..ports import ChatMessage
 
@@ -100,15 +112,62 @@ def reply_vocabulary(messages: Sequence[ChatMessage]) -> tuple[set[str], set[str
     return words, phrases
 
 
+#: most fact words the first sentence of a reply after a tool result must contain
+MAX_FACTS = 12
+
+
+def reply_facts(messages: Sequence[ChatMessage], limit: int = MAX_FACTS,
+                skip: Collection[str] = ()) -> list[str]:
+    """The fact words a reply to ``messages`` must say first: the words of the leaf values of
+    the tool results after the last assistant message (the round just returned), not the keys,
+    that are not :data:`COMMON_WORDS` (case kept), in the results' order — a word said twice
+    there is two facts ("Friday, December 4 … Wednesday, December 9") — at most ``limit``;
+    results of the tools named in ``skip`` give none (call control: "the call ends after your
+    goodbye" is for the LLM). [] when the last message is not a tool result."""
+    if not after_tool_result(messages):
+        return []
+    last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    common = set(COMMON_WORDS)
+    facts: list[str] = []
+    for m in messages[last_assistant + 1:]:
+        if m.role != "tool" or m.name in skip:
+            continue
+        try:
+            value = json.loads(m.content)
+        except ValueError:
+            value = m.content
+        for leaf in _leaves(value):
+            facts.extend(w for w in _WORD.findall(leaf) if w.lower() not in common)
+    return facts[:limit]
+
+
+def _leaves(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaves(v)]
+    if value is None or isinstance(value, bool):
+        return []
+    return [str(value)]
+
+
 def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
 def reply_grammar(words: set[str], phrases: set[str], call_opens: Sequence[str] = (),
-                  max_words: int = 30) -> str:
+                  max_words: int = 30, facts: Sequence[str] = (), lead: int = 4, gap: int = 3,
+                  tail: int = 8) -> str:
     """GBNF for a reply of one or two sentences made of ``words`` (each also capitalised) and
     ``phrases`` (each as written), joined by spaces or ", ", each sentence ending in ``.``, ``?``
-    or ``!``; or one of ``call_opens`` (the model then writes a tool call)."""
+    or ``!``; or one of ``call_opens`` (the model then writes a tool call).
+
+    With ``facts`` (:func:`reply_facts`), the first sentence holds each fact word in that order
+    (as written, or capitalised), with at most ``lead`` other words before the first, ``gap``
+    between two and ``tail`` after the last; those are ``words`` but the facts and numbers (a
+    fact is said at its place only: with the caller's digits free, "order 9150 is a 1, 1, 1"),
+    and no phrases (a phrase would hide facts in it). The second sentence
+    is as without facts."""
     pieces = set(phrases)
     for w in words:
         if w != "i" and not w.startswith("i'"):
@@ -117,10 +176,31 @@ def reply_grammar(words: set[str], phrases: set[str], call_opens: Sequence[str] 
     alts = " | ".join(_literal(p) for p in sorted(pieces, key=lambda p: (-len(p), p)))
     opens = "".join(f" | {_literal(o)}" for o in call_opens)
     n = max(1, max_words - 1)
-    return (f'root ::= sentence (" " sentence)?{opens}\n'
-            f'sentence ::= w (sep w){{0,{n}}} [.?!]\n'
-            f'sep ::= " " | ", "\n'
-            f"w ::= {alts}\n")
+    rules = [f'sentence ::= w (sep w){{0,{n}}} [.?!]', 'sep ::= " " | ", "', f"w ::= {alts}"]
+    first = "sentence"
+    if facts:
+        # the words around the facts: any but a fact word (a fact is said at its place only:
+        # with them free, "A haircut on Thursday" came before the result's "consultation")
+        said = {f.lower() for f in facts}
+        lone = set()
+        for w in words:
+            if w in said or w.isdigit():  # its numbers are the result's, at their places
+                continue
+            if w != "i" and not w.startswith("i'"):
+                lone.add(w)
+            lone.add(w[:1].upper() + w[1:])
+        rules.append("v ::= " + " | ".join(_literal(p) for p in sorted(lone, key=lambda p: (-len(p), p))))
+        body = [f"(v sep){{0,{lead}}}"]
+        for i, fact in enumerate(facts):
+            forms = sorted({fact, fact[:1].upper() + fact[1:]})  # as written, or capitalised
+            rules.append(f"f{i} ::= " + " | ".join(_literal(f) for f in forms))
+            if i:
+                body.append(f"sep (v sep){{0,{gap}}}")
+            body.append(f"f{i}")
+        body.append(f"(sep v){{0,{tail}}} [.?!]")
+        rules.append("first ::= " + " ".join(body))
+        first = "first"
+    return f'root ::= {first} (" " sentence)?{opens}\n' + "\n".join(rules) + "\n"
 
 
 def after_tool_result(messages: Sequence[ChatMessage]) -> bool:

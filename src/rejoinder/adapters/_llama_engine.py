@@ -26,7 +26,7 @@ from ._chatformat import ChatFormat, format_for
 from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
-from ._grounded import after_tool_result, reply_grammar, reply_vocabulary
+from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
 from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
@@ -108,7 +108,8 @@ class ChatEngine:
     (``RequestStats.echo_resumed``). A text reply after a tool result is *grounded*
     (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
     results' words and values, the caller's, the instructions' (no digits) and common words, so
-    its numbers and dates come from the results. A call is
+    its numbers and dates come from the results, and (``facts_first``, default on) its first
+    sentence says the result's fact words in order (:func:`._grounded.reply_facts`). A call is
     capped at ``max(request.max_tokens, tool_call_tokens)`` sampled tokens; one cut there is a
     :class:`PortError`. Sampling: top-k 40, top-p 0.95, min-p 0.05 at ``request.temperature``
     (greedy at 0), seeded with ``seed`` per request.
@@ -124,7 +125,8 @@ class ChatEngine:
                  tool_threshold: float = 0.0, threshold_source: str = "default",
                  chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
                  no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
-                 talk_veto: bool = True, tools_in_prompt: bool | None = None) -> None:
+                 talk_veto: bool = True, tools_in_prompt: bool | None = None,
+                 facts_first: bool = True) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -147,6 +149,7 @@ class ChatEngine:
         self.ground_arguments = ground_arguments
         self.no_echo = no_echo
         self.grounded_replies = grounded_replies
+        self.facts_first = facts_first
         self.talk_veto = talk_veto
         self.tools_in_prompt = tools_in_prompt  # None: decided by the tool mode in use
         self.embed = embed
@@ -426,7 +429,9 @@ class ChatEngine:
             return None
         words, phrases = reply_vocabulary(request.messages)
         opens = (self.format.call_open, *self.format.alt_opens) if opener == "call" else ()
-        return self._grammar(reply_grammar(words, phrases, opens))
+        facts = (reply_facts(request.messages, skip={t.name for t in request.tools if not t.tells})
+                 if self.facts_first else ())
+        return self._grammar(reply_grammar(words, phrases, opens, facts=facts))
 
     def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
               opener: str | None, first: bool, echo_of: str = "") -> Iterator[LLMDelta]:

@@ -96,6 +96,8 @@ class LlamaLLM:
             (the best label of the gate's prompt).
         grounded_replies: a reply after a tool result uses only the results' words, the
             caller's, the instructions' and common words (default True; :mod:`._grounded`).
+        facts_first: with ``grounded_replies``, the first sentence of that reply holds the
+            result's fact words in order (default True; :func:`._grounded.reply_facts`).
         tools_in_prompt: list the tools in the conversation's system prompt (default None: in
             every tool mode but ``"gate"``, whose gate has a prompt of its own; see ChatEngine).
         max_tool_calls: most calls in one assistant message (default 1).
@@ -126,7 +128,7 @@ class LlamaLLM:
                  cache_mb: int = 512, flash_attn: bool = False,
                  tool_threshold: float | None = None, chat_format: str = "auto",
                  tool_which: str = "examples", grounded_replies: bool = True,
-                 tools_in_prompt: bool | None = None) -> None:
+                 facts_first: bool = True, tools_in_prompt: bool | None = None) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -158,7 +160,7 @@ class LlamaLLM:
                                  tool_threshold=threshold, threshold_source=source,
                                  chat_format=llama_format(self._llm, chat_format),
                                  embed=self._embed if tool_which == "examples" else None,
-                                 grounded_replies=grounded_replies,
+                                 grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()

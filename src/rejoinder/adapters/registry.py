@@ -47,6 +47,7 @@ class LlamaOptions(BaseModel):
     tool_threshold: float | None = None
     tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
     grounded_replies: bool = True  # replies after a tool result stay on its words (_grounded)
+    facts_first: bool = True  # …and their first sentence says the result's fact words (_grounded)
     tools_in_prompt: bool | None = None  # list the tools in the prompt (None: not in gate mode)
     max_tool_calls: int = Field(1, ge=1)
     tool_call_tokens: int = Field(128, ge=16)
