@@ -287,6 +287,95 @@ async def test_a_wait_longer_than_the_filler_gets_hold_phrases_until_the_answer(
     assert quiet["longest_silence_ms"] > 1500
 
 
+async def test_a_gate_decision_to_call_starts_the_filler_before_the_call_is_written():
+    """A scoring gate decides "call lookup_order" 100 ms into the request; writing the call
+    then takes 1 s (a grammar-constrained JSON on a busy CPU). The filler is sent to TTS at
+    the decision, not after the call."""
+    from rejoinder.ports import LLMRequest, ToolDecision
+    from fakes import ScriptedLLM
+
+    class GateLLM(ScriptedLLM):
+        async def stream(self, request: LLMRequest):
+            last = request.messages[-1] if request.messages else None
+            if last is not None and last.role == "user":
+                self.requests.append(request)
+                t0 = self.clock.now_ms()
+                await self.clock.sleep_until(t0 + 100)
+                yield ToolDecision("lookup_order", {"lookup_order": -0.1, "(none)": -3.0}, 2.9, 1.0)
+                await self.clock.sleep_until(t0 + 1100)
+                yield ToolCall("", "lookup_order", {"order_id": "4217"})
+                return
+            async for d in super().stream(request):
+                yield d
+
+    clock = VirtualClock()
+    said: list[SpeakableText] = []
+    bus = EventBus()
+    bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
+    stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95)
+    stack.llm = GateLLM(clock, ["It", " has", " shipped."])
+    stack.llm.reading_prior_ms = 700.0  # as LlamaLLM declares: 200 + 700 ms calls for a filler
+    res = await run_call([turn(tone(800))], stack, slow_agent(clock, 200, 200), clock=clock,
+                         tail_ms=3000, bus=bus)
+    rec = res.turns[0]
+    assert said[0].source == "filler" and said[0].text == "One moment. "
+    assert said[0].t_ms == pytest.approx(rec.stamps["llm_request"] + 100, abs=5)
+    assert said[0].t_ms < rec.stamps["tool_start"] - 900
+    assert [s.text.strip() for s in said if s.source == "filler"][0] == "One moment."
+    assert "shipped" in " ".join(s.text for s in said if s.source == "llm")
+
+
+async def test_pre_rendered_filler_phrases_play_without_a_tts_request():
+    """The filler and hold phrases rendered at warm-up (rejoinder.phrases) are replayed: no TTS
+    request for them during the call, first audio at once, the voice marked pre-rendered; the
+    answer is still synthesized; what the caller heard is the same."""
+    from rejoinder.phrases import phrase_key, render_phrases
+    from rejoinder.runtime import warm_ports
+
+    async def once(rendered: bool):
+        clock = VirtualClock()
+        stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                           calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
+        policy = FillerPolicy()
+        if rendered:  # rendered at warm-up, before the call (the fake TTS waits 80 ms each)
+            stack.tts.ttfb_ms = 0.0
+            await warm_ports(stack, (*policy.phrases, *policy.hold_phrases))
+            stack.tts.ttfb_ms = 80.0
+            assert set(stack.phrases.audio) == {"One moment.", "Let me check.", "Just a second."}
+        stack.tts.texts.clear()
+        bus, stamps = EventBus(), []
+        from rejoinder.events import Boundary
+        bus.subscribe(lambda e: stamps.append(e) if isinstance(e, Boundary) else None)
+        res = await run_call([turn(tone(800))], stack, slow_agent(clock, 2000, 1000), clock=clock,
+                             tail_ms=3000, bus=bus)
+        return res, stack.tts.texts, stamps
+
+    res, texts, stamps = await once(True)
+    assert not any(t in texts for t in ("One moment.", "Let me check.", "Just a second."))
+    req = [b for b in stamps if b.name == "tts_request"]
+    first = [b for b in stamps if b.name == "tts_first_audio"]
+    assert req[0].data["voice"] == "tone (pre-rendered)"
+    assert first[0].t_ms - req[0].t_ms == 0.0  # no synthesis wait
+    base, texts0, stamps0 = await once(False)
+    assert texts0[:3] == ["One moment.", "Let me check.", "Just a second."]
+    assert texts and texts == texts0[3:]  # the answer is synthesized as before
+    from fakes import heard
+    assert heard(base) == heard(res)
+    # the first filler reaches the caller 80 ms (the fake TTS's time to first audio) sooner
+    assert res.turns[0].v2v_ms() == pytest.approx(base.turns[0].v2v_ms() - 80, abs=25)
+    assert phrase_key("One  moment. ") == "One moment."
+    assert len(await render_phrases(stack_tts_silent(), ["Hi."])) == 0
+
+
+def stack_tts_silent():
+    class Silent:
+        sample_rate, voice_name = 16000, "silent"
+
+        async def stream(self, text):
+            yield __import__("rejoinder.ports", fromlist=["TTSAudio"]).TTSAudio(np.zeros(0, np.int16))
+    return Silent()
+
+
 async def test_a_quick_round_gets_no_filler_even_when_declared():
     # a quick tool and an LLM expected to read its result quickly: 100 + 300 ms < 600 ms
     _, said, row = await tool_call(latency_ms=100, tool_ms=100,

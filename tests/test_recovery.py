@@ -283,3 +283,27 @@ async def test_filler_is_declared_marked_and_time_to_answer_is_reported_beside_v
                                filler=FillerPolicy(tools=False))
     assert {e.source for e in events if isinstance(e, SpeakableText)} == {"llm"}
     assert res.turns[0].time_to_answer_ms() == res.turns[0].v2v_ms()
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+async def test_an_in_process_llm_late_on_a_busy_cpu_is_waited_for_not_retried(in_process):
+    """A first token 4 s late: a remote LLM is retried then given up on (the recovery line);
+    an LLM in this process is waited for (``llm_in_process_first_token_ms``, 8 s), and its
+    words are the reply."""
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Where is my order?"], tokens=TOKENS)
+    stack.llm.ttft_ms = 4000.0
+    if in_process:
+        stack.llm.in_process = True
+    res, recs, _ = await run(stack, clock, tail_ms=3000)
+    said = words(heard(res)[0])
+    if in_process:
+        assert [r for r in recs if r.stage == "llm"] == []
+        assert len(stack.llm.requests) == 1
+        assert said == words(FULL)
+        rec = res.turns[0]
+        assert rec.stamps["llm_first_token"] - rec.stamps["llm_request"] == pytest.approx(4000, abs=1)
+    else:
+        assert [r.action for r in recs if r.stage == "llm"] == ["retry", "give_up", "recovery_line"]
+        assert len(stack.llm.requests) == 2
+        assert said == words(RECOVERY_LINE)

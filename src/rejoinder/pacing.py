@@ -207,10 +207,7 @@ class Pacer:
         now = clock.now_ms()
         frame = self.frame_ms
         ages = self.ages
-        counts, scale, top = ages.counts, ages._scale, ages._last
         pending = list(self.lanes) if lanes is None else lanes
-        stepped = 0
-        worst = ages.max_ms
         while pending and rounds > 0:
             rounds -= 1
             behind: list[Lane] = []
@@ -224,12 +221,7 @@ class Pacer:
                     lane.k += int((now - due) // frame)  # too late: skip ahead, no burst
                     due = lane.first_ms + lane.k * frame + lane.offset_ms
                 t = lane.first_ms + lane.k * frame
-                age = clock.now_ms() - due  # (AgeHistogram.add, inlined: this runs per frame)
-                i = int(age * scale) if age > 0 else 0
-                counts[i if i < top else top] += 1
-                stepped += 1
-                if age > worst:
-                    worst = age
+                ages.add(clock.now_ms() - due)
                 try:
                     out = lane.step(t)
                 except Exception as exc:  # noqa: BLE001 — handed to the lane's owner
@@ -241,8 +233,6 @@ class Pacer:
                 elif lane.first_ms + lane.k * frame + lane.offset_ms <= now + 1e-6:
                     behind.append(lane)
             pending = behind
-        ages.n += stepped
-        ages.max_ms = worst
         for hook in self.after_tick:
             try:
                 hook()

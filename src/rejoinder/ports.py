@@ -263,6 +263,8 @@ class LLMPort(Protocol):
     # the caller speaks (``LlamaLLM.prefill``); the session calls it after every reply heard.
     # A ``reading_prior_ms`` attribute (float) is its expected wait from tool results to its
     # first speakable words before any is observed (the filler policy's; LlamaLLM's).
+    # ``in_process = True`` says its requests run on this machine's CPU (LlamaLLM): the reply
+    # watches it with RecoveryPolicy's longer ``llm_in_process_*`` limits.
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .clock import wait_within
 from .events import ErrorEvent, Recovery, SpeakableText
 from .line import Playout
+from .phrases import RenderedPhrases
 from .ports import TTSPort
 from .stages import Stamper, WatchdogTimeout, timed_tts, watch
 from .text import SpeakableChunker, SpeechNormalizer, normalize_for_speech
@@ -87,6 +88,16 @@ class RecoveryPolicy(BaseModel):
     tts_stall_ms: float = 500.0
     llm_first_token_ms: float = 2500.0
     llm_stall_ms: float = 700.0
+    llm_in_process_first_token_ms: float = Field(
+        8000.0, gt=0, description="first-token watchdog of an LLM that runs in this process (its "
+        "port's in_process attribute, e.g. LlamaLLM) instead of llm_first_token_ms: its requests "
+        "queue on this machine's CPU, so a late first token means the CPU is busy (other calls, "
+        "other programs), not a dead server, and a retry would queue behind the same work. The "
+        "harness's simulated caller waits 10 s for a reply")
+    llm_in_process_stall_ms: float = Field(
+        3000.0, gt=0, description="the stall watchdog between tokens of an in-process LLM "
+        "(instead of llm_stall_ms): a token of SmolLM2-135M took up to 650 ms on a 2-core box "
+        "shared with other CPU-heavy work")
     tts_retries: int = 1
     llm_retries: int = 1
     recovery_line: bool = True
@@ -228,17 +239,30 @@ def _leading_silence(pcm: np.ndarray, rate: int) -> int:
     return max(0, int(loud[0]) - int(rate * LEAD_MARGIN_MS / 1000))
 
 
+
+async def _drop_read(fut: asyncio.Future) -> None:
+    """End a wrapper's pending read of the stream it wraps: cancelled if still running, and its
+    outcome always retrieved (a cut reply never leaves "exception was never retrieved")."""
+    if not fut.done():
+        fut.cancel()
+    await asyncio.gather(fut, return_exceptions=True)
+
 class Reply:
     """Speaks one reply for ``turn_id`` on ``playout`` at the line rate (int16 mono)."""
 
     def __init__(self, st: Stamper, turn_id: int, playout: Playout, tts: TTSPort, *,
                  backup_tts: TTSPort | None = None, recovery: RecoveryPolicy | None = None,
                  filler: FillerPolicy | None = None,
-                 recovery_audio: np.ndarray | None = None) -> None:
+                 recovery_audio: np.ndarray | None = None,
+                 phrases: RenderedPhrases | None = None) -> None:
         """``recovery_audio``: int16 at the playout rate, rendered ahead of time (warm-up), said
-        when nothing of the reply could be synthesized and there is no backup TTS left."""
+        when nothing of the reply could be synthesized and there is no backup TTS left.
+        ``phrases``: the filler policy's phrases rendered at warm-up by the same TTS voice
+        (:mod:`rejoinder.phrases`): a filler or hold phrase found there is replayed, not
+        synthesized again."""
         self.st = st
         self.recovery_audio = recovery_audio
+        self.phrases = phrases
         self.chunks: list[tuple[list[str], int, int | None]] = []  # (written words, spoken words, step)
         self.turn_id = turn_id
         self.playout = playout
@@ -324,7 +348,7 @@ class Reply:
         audio = self.playout.reply
         if audio is None or audio.turn_id != self.turn_id or not audio.queued:
             return False
-        return (audio.queued - audio.played) * 1000.0 / self.playout.rate < RUN_DRY_MS
+        return audio.pending * 1000.0 / self.playout.rate < RUN_DRY_MS
 
     def _ahead_ms(self) -> float | None:
         """Audio of this reply queued ahead of the caller (ms), once all that was sent to TTS is
@@ -333,7 +357,7 @@ class Reply:
         if (audio is None or audio.turn_id != self.turn_id or not audio.queued or not self.spoken
                 or not self.spoken[-1].complete):
             return None
-        return (audio.queued - audio.played) * 1000.0 / self.playout.rate
+        return audio.pending * 1000.0 / self.playout.rate
 
     async def _with_holds(self, items: AsyncIterable["Say"],
                           queue: asyncio.Queue) -> AsyncIterator["Say | None"]:
@@ -358,11 +382,8 @@ class Reply:
                             yield None
             except StopAsyncIteration:
                 return
-            finally:
-                if not nxt.done():
-                    nxt.cancel()
-                # retrieved, also when the reply was cut while a hold was being said
-                await asyncio.gather(nxt, return_exceptions=True)
+            finally:  # retrieved, also when the reply was cut while a hold was being said
+                await _drop_read(nxt)
             yield item
 
     def _long_wait(self, item: "Say") -> bool:
@@ -391,9 +412,7 @@ class Reply:
             except StopAsyncIteration:
                 return
             finally:
-                if not nxt.done():
-                    nxt.cancel()
-                    await asyncio.gather(nxt, return_exceptions=True)
+                await _drop_read(nxt)
             yield item
             if item.text.strip():
                 break
@@ -419,14 +438,22 @@ class Reply:
                 self._answer_marked = True
                 self.playout.mark_answer(self.turn_id, self.playout.reply.queued)
             self.chunks.append((text.split(), len(spoken.split()), step))
-            ok = await self._speak_chunk(spoken.split(), text.strip(), len(self.chunks) - 1, resumed)
+            key = " ".join(spoken.split())
+            rendered = (self.phrases if source == "filler" and self.phrases is not None
+                        and key in self.phrases else None)
+            ok = await self._speak_chunk(spoken.split(), text.strip(), len(self.chunks) - 1, resumed,
+                                         rendered)
             resumed = False
             if not ok:
                 return  # stale: the reply was cut
 
     async def _speak_chunk(self, words: list[str], written: str, chunk: int = 0,
-                           resumed: bool = False) -> bool:
+                           resumed: bool = False, first: TTSPort | None = None) -> bool:
+        """Speak one chunk: ``first`` (a pre-rendered phrase) or the TTS, then its retries, then
+        the backup TTS; False when the reply was cut (stale)."""
         engines = [self.tts] * (1 + self.policy.tts_retries)
+        if first is not None:
+            engines[0] = first
         if self.backup_tts is not None:
             engines.append(self.backup_tts)
         attempt = 0

@@ -15,7 +15,8 @@ caller goes on talking or the final transcript differs, the session discards the
 reversible tools that ran are compensated (:func:`rejoinder.conversation.undo_runs`).
 
 Recovery: an LLM that fails or stalls (watchdogs ``llm_first_token_ms``, ``llm_stall_ms`` on the
-call clock) is retried once, continuing from the text it already produced (``prefix``), so
+call clock; an LLM in this process, whose requests queue on the machine's own CPU, gets the longer
+``llm_in_process_*`` limits) is retried once, continuing from the text it already produced (``prefix``), so
 nothing is said twice. If nothing at all could be said, the runtime says :data:`RECOVERY_LINE`
 itself — a declared policy (``RecoveryPolicy.recovery_line``), marked ``source="recovery"`` on the
 timeline, so the caller never waits in silence.
@@ -92,20 +93,31 @@ class _Pace:
     (``llm_clump_tokens``) mean the stream is buffered between the server and us (a proxy, a
     load balancer): the server sent them earlier, spread out. Such a stream's gaps are the
     buffer's, not a stalled server's, so its stall watchdog is the first-token one; the first
-    gap longer than ``llm_stall_ms`` it then survives is flagged (``Recovery`` "buffered")."""
+    gap longer than ``llm_stall_ms`` it then survives is flagged (``Recovery`` "buffered").
 
-    def __init__(self, policy: RecoveryPolicy, now: float) -> None:
+    An LLM in this process (``in_process``) has limits of its own
+    (``llm_in_process_first_token_ms``, ``llm_in_process_stall_ms``) and no buffer between it
+    and us: its clumps are the event loop's lateness, never flagged."""
+
+    def __init__(self, policy: RecoveryPolicy, now: float, in_process: bool = False) -> None:
         self.policy = policy
         self.last = now
         self.run = 0
         self.buffered = False
         self.flagged = False
+        self.in_process = in_process
+        self.first_ms = (policy.llm_in_process_first_token_ms if in_process
+                         else policy.llm_first_token_ms)
 
     def stall_ms(self) -> float:
-        return self.policy.llm_first_token_ms if self.buffered else self.policy.llm_stall_ms
+        if self.in_process:
+            return self.policy.llm_in_process_stall_ms
+        return self.first_ms if self.buffered else self.policy.llm_stall_ms
 
     def arrived(self, now: float) -> str | None:
         gap, self.last = now - self.last, now
+        if self.in_process:
+            return None
         self.run = self.run + 1 if gap < 1.0 else 1
         if self.run >= self.policy.llm_clump_tokens:
             self.buffered = True
@@ -269,13 +281,7 @@ class Draft:
             if not calls:
                 break
             tools = [self.pos.agent.tools.get(c.name) for c in calls]
-            # the round: the tools, then the LLM reading their results up to words it can say
-            # (a call-control round, Tool.filler False, is never filled: the goodbye or the
-            # transfer line comes next, not a wait)
-            wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
-            fill = all(t is None or t.filler for t in tools)
-            self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now(), tools=fill,
-                          reading_ms=expected_reading_ms(self.llm)))
+            self._round_coming(tools)
             pending.append(ChatMessage("assistant", step.text, tool_calls=tuple(calls)))
             for call, tool in zip(calls, tools):
                 if not (tool and tool.reversible):
@@ -329,6 +335,16 @@ class Draft:
             self._recovered("recovery_line", "the LLM wrote nothing to say")
             self._put(Say(RECOVERY_LINE, "recovery"))
 
+    def _round_coming(self, tools: list) -> None:
+        """Tell the speech side a tool round is coming (a flush with its expected wait): the
+        tools, then the LLM reading their results up to words it can say. A call-control round
+        (``Tool.filler`` False) is never filled: the goodbye or the transfer line comes next,
+        not a wait."""
+        wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
+        fill = all(t is None or t.filler for t in tools)
+        self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now(), tools=fill,
+                      reading_ms=expected_reading_ms(self.llm)))
+
     async def _step(self, pending: list[ChatMessage], step: Step, *, final: bool,
                     index: int = 0) -> list[ToolCall]:
         """One LLM request (retried once from the text so far) of the reply's step ``index`` (0:
@@ -340,14 +356,18 @@ class Draft:
             req = request if attempt == 0 else replace(
                 request, prefix=request.prefix + step.text,
                 max_tokens=max(8, request.max_tokens - len(step.text) // 4))
-            pace = _Pace(self.policy, st.now())
+            pace = _Pace(self.policy, st.now(), bool(getattr(self.llm, "in_process", False)))
             try:
                 self.llm_requests += 1
                 stream = timed_llm(st, self.turn_id, self.llm, req, step=index, retry=attempt)
-                async for delta in watch(stream, st.clock, self.policy.llm_first_token_ms,
+                async for delta in watch(stream, st.clock, pace.first_ms,
                                          pace.stall_ms, "llm",
                                          lambda d: isinstance(d, ToolDecision)):
                     if isinstance(delta, ToolDecision):  # stamped by timed_llm; never spoken
+                        if delta.chosen is not None and not step.text:
+                            # the round is known now, before the call is written: a filler
+                            # can cover the writing too
+                            self._round_coming([self.pos.agent.tools.get(delta.chosen)])
                         continue
                     why = pace.arrived(st.now())
                     if why:  # buffered on its way: waited out, not retried (nothing said twice)

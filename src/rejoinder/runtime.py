@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Sequence
 from pathlib import Path
 
 from . import gctune
@@ -23,15 +24,18 @@ from .config import AgentConfig
 from .errors import AudioInputError, MissingExtra
 from .events import EventBus
 from .scenario import CallerTurn, Scenario, Segment, load_scenario
+from .phrases import render_phrases
 from .session import LINE_RATE, Stack
 from .tools import CallContext
 
 
-async def warm_ports(stack: Stack) -> None:
+async def warm_ports(stack: Stack, phrases: Sequence[str] = ()) -> None:
     """Open the ports' sockets now (``connect()`` where an adapter has one: the Cartesia STT/TTS
     WebSockets), so the first turn does not pay for the handshakes, and render the spoken TTS
     recovery line (:data:`rejoinder.reply.RECOVERY_SPOKEN`) into ``stack.recovery_audio``
     (int16 at ``LINE_RATE``): said when a reply cannot be synthesized and no backup TTS is left.
+    ``phrases`` (the filler policy's phrases and hold phrases) are rendered by the same TTS into
+    ``stack.phrases`` (:mod:`rejoinder.phrases`), so a filler plays without a TTS request.
 
     Raises:
         PortError: a socket could not be opened or the TTS failed (the caller decides whether
@@ -52,6 +56,8 @@ async def warm_ports(stack: Stack) -> None:
         if stack.tts.sample_rate != LINE_RATE and len(pcm):
             pcm = soxr.resample(pcm, stack.tts.sample_rate, LINE_RATE).astype(np.int16)
         stack.recovery_audio = pcm[_leading_silence(pcm, LINE_RATE):] if len(pcm) else None
+    if phrases and stack.phrases is None:
+        stack.phrases = await render_phrases(stack.tts, phrases)
 
 
 class Runtime:
@@ -90,8 +96,10 @@ class Runtime:
             ports = Stack(vad=self._stack.vad, turn=self._stack.turn, stt=self._stack.stt,
                           llm=None, tts=self._stack.tts, backup_tts=self._backup_tts)
             try:
-                await warm_ports(ports)
+                filler = self.cfg.filler
+                await warm_ports(ports, (*filler.phrases, *filler.hold_phrases))
                 self._recovery_audio = ports.recovery_audio
+                self._phrases = ports.phrases
             except Exception as exc:  # noqa: BLE001 — connected on first use instead
                 import logging
                 logging.getLogger("rejoinder").warning("warm-up of the model sockets failed: %r", exc)
@@ -117,7 +125,8 @@ class Runtime:
         clock = clock or RealClock()
         stack = Stack(vad=type(s.vad)(), turn=s.turn, stt=s.stt, llm=s.llm, tts=s.tts,
                       backup_tts=self._backup_tts,
-                      recovery_audio=getattr(self, "_recovery_audio", None))
+                      recovery_audio=getattr(self, "_recovery_audio", None),
+                      phrases=getattr(self, "_phrases", None))
         if self.cfg.faults:  # wrap the ports once; the timing wrappers sit outside these
             faults = parse_faults(self.cfg.faults)
             self._calls += 1

@@ -37,6 +37,7 @@ from .ending import CallEnder
 from .events import AgentSpeech, ErrorEvent, TranscriptEvent, TurnDecision
 from .flow import Transfer
 from .line import Playout, ReplyAudio
+from .phrases import RenderedPhrases
 from .ports import ChatMessage, STTPort, TurnPort, VADPort, LLMPort, TTSPort, Transcript
 from .reply import FillerPolicy, RecoveryPolicy, Reply, Say
 from .respond import Draft
@@ -72,6 +73,7 @@ class Stack:
     tts: TTSPort
     backup_tts: TTSPort | None = None
     recovery_audio: np.ndarray | None = None  # int16 at LINE_RATE: said when TTS cannot speak
+    phrases: RenderedPhrases | None = None  # the filler's phrases, rendered at warm-up
 
 
 class Session:
@@ -478,7 +480,7 @@ class Session:
                      draft: Draft | None = None) -> None:
         reply = Reply(self.st, turn_id, self.playout, self.stack.tts, backup_tts=self.stack.backup_tts,
                       recovery=self.recovery, filler=self.filler,
-                      recovery_audio=self.stack.recovery_audio)
+                      recovery_audio=self.stack.recovery_audio, phrases=self.stack.phrases)
         self.turns.open(turn_id).speak(reply, user_text, steps, draft)
         try:
             await reply.speak(items)

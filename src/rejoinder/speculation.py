@@ -100,7 +100,7 @@ def speculation_metrics(turns: list[Any], unconfirmed_words: int = 0) -> dict[st
     return {
         "turns": len(caller),
         "llm_requests": sum(r.llm_requests for r in caller),
-        "llm_replies": sum(getattr(r, "llm_replies", 0) for r in caller),
+        "llm_replies": sum(r.llm_replies for r in caller),
         "speculative": len(specs),
         "kept": sum(1 for s in specs if s["outcome"] == "kept"),
         "extended": sum(1 for s in specs if s["outcome"] == "extended"),

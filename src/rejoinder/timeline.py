@@ -14,7 +14,8 @@ transcription       ``transcript_final``                     STT lag after the d
 tool_choice         last ``tool_start`` (or, in a turn       the LLM deciding and writing a
                     without a tool on the path, the last     tool call (its request until the
                     ``tool_decided``) before first speech    call is complete), or the tool
-                                                             gate deciding to talk
+                                                             gate deciding to talk (or to
+                                                             call, when a filler is said then)
 tools               last ``tool_end`` before first speech    tool calls on the path
 llm_ttft            last ``llm_first_token`` before first    LLM time to first token of the
                     speech                                   step that spoke

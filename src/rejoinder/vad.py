@@ -89,10 +89,9 @@ class VadTracker:
     def _on_prob(self, p: float, start_ms: float) -> None:
         """A batching VAD's answer for the window that started at ``start_ms``."""
         self.last_prob = p
-        out: list[VadSignal] = _NONE  # judged into a fresh list only when something may change
-        if (p >= self.neg_threshold or p >= self.threshold or self._run_start is not None
-                or self.speaking):
-            out = []
+        if self._silence_goes_on(p):  # most windows of a call: no signal, no list
+            return
+        out: list[VadSignal] = []
         self._judge(p, start_ms, out)
         if out and self.on_signals is not None:
             self.on_signals(out)
@@ -148,15 +147,21 @@ class VadTracker:
         self._buf[:len(kept)] = kept / self._scale
         self._fill, self._pos = len(kept), 0
 
+    def _silence_goes_on(self, p: float) -> bool:
+        """A silent window while no speech is starting or going on: only the reset count moves
+        (what :meth:`_judge` would do, without its signal list). False: judge the window."""
+        if (p >= self.neg_threshold or p >= self.threshold or self._run_start is not None
+                or self.speaking):
+            return False
+        if self._silent_ms >= 0.0:
+            self._silent_ms += self.window_ms
+            if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
+                self.vad.reset()  # once per silence: -1 marks "already reset"
+                self._silent_ms = -1.0
+        return True
+
     def _judge(self, p: float, start_ms: float, out: list[VadSignal]) -> None:
-        if (p < self.neg_threshold and p < self.threshold and self._run_start is None
-                and not self.speaking):
-            # silence goes on (most windows of a call): only the reset count moves
-            if self._silent_ms >= 0.0:
-                self._silent_ms += self.window_ms
-                if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
-                    self.vad.reset()  # once per silence: -1 marks "already reset"
-                    self._silent_ms = -1.0
+        if self._silence_goes_on(p):
             return
         end_ms = start_ms + self.window_ms
         if p >= self.neg_threshold:

@@ -32,8 +32,12 @@ def bench(store: Path, tts: str, levels: str, *extra: str) -> dict:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     store = tmp / "runs.sqlite"
-    piper = bench(store, "piper", "1,2", "--report", str(tmp / "report.html"))
-    espeak = bench(store, "espeak", "1,2")
+    # no filler: the tool turn's first audio is then the answer's TTS too, not the filler
+    # pre-rendered at warm-up (which no TTS engine delays), so every turn carries the TTS
+    cfg = tmp / "no_filler.yaml"
+    cfg.write_text("filler:\n  tools: false\n")
+    piper = bench(store, "piper", "1,2", "--report", str(tmp / "report.html"), "--config", str(cfg))
+    espeak = bench(store, "espeak", "1,2", "--config", str(cfg))
     return store, piper, espeak, tmp
 
 

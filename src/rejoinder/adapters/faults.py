@@ -120,6 +120,9 @@ class _FaultyPort:
     port's."""
 
     stage = ""
+    #: the faults are a remote service's (a stall, a dropped stream), so a wrapped LLM is
+    #: watched as one, even when the inner port runs in this process
+    in_process = False
 
     def __init__(self, inner: Any, faults: list[Fault], clock: Clock, seed: int = 0) -> None:
         self.inner = inner

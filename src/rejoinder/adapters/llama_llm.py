@@ -113,6 +113,10 @@ class LlamaLLM:
     """
 
     provider = "llama.cpp"  # OpenTelemetry gen_ai.provider.name
+    #: runs on this process's CPU (requests queue on one llama.cpp thread): the reply's LLM
+    #: watchdogs are RecoveryPolicy's ``llm_in_process_*`` limits, since a late token means a
+    #: busy CPU and a retry would wait behind the same work
+    in_process = True
     #: expected wait (ms) from a tool round's results to the reply's first speakable words until
     #: the runtime has observed one (:func:`rejoinder.respond.expected_reading_ms`): the call
     #: and result (about 120 tokens on the bundled lookup) are prefilled at about 4-5 ms a token
