@@ -239,13 +239,13 @@ def _leading_silence(pcm: np.ndarray, rate: int) -> int:
     return max(0, int(loud[0]) - int(rate * LEAD_MARGIN_MS / 1000))
 
 
-
 async def _drop_read(fut: asyncio.Future) -> None:
     """End a wrapper's pending read of the stream it wraps: cancelled if still running, and its
     outcome always retrieved (a cut reply never leaves "exception was never retrieved")."""
     if not fut.done():
         fut.cancel()
     await asyncio.gather(fut, return_exceptions=True)
+
 
 class Reply:
     """Speaks one reply for ``turn_id`` on ``playout`` at the line rate (int16 mono)."""
