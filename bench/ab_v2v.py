@@ -2,7 +2,7 @@
 
 Each round runs ``--chunk`` calls of one tree, then of the other (a fresh process each, niced,
 ``PYTHONPATH`` pointing at that tree), so both arms see the same machine load. Prints per arm
-V2V p50/p95, the segment medians, endpointing + transcription, and (for trees that have them)
+V2V and time to answer p50/p95, the segment medians, endpointing + transcription, and (for trees that have them)
 the end-of-turn, speculation and silence blocks (``rejoinder.harness.eotsummary``).
 
     .venv/bin/python bench/ab_v2v.py --a /path/to/old/src --b src [--rounds 5] [--chunk 2]
@@ -32,7 +32,9 @@ async def main(n, out):
         for _ in range(n):
             res = await rt.call(turns, caller_phone=phone, tail_ms=sc.tail_ms)
             for r in res.turns:
-                fh.write(json.dumps({"kind": "turn", "v2v": r.v2v_ms(), "segments": r.segments()}) + "\n")
+                tta = r.time_to_answer_ms() if hasattr(r, "time_to_answer_ms") else None
+                fh.write(json.dumps({"kind": "turn", "v2v": r.v2v_ms(), "tta": tta,
+                                     "segments": r.segments()}) + "\n")
             call = {"kind": "call"}
             for key, fn in (("endpointing", "endpointing_metrics"), ("speculation", "speculation_metrics"),
                             ("silence", "silence_metrics")):
@@ -56,7 +58,10 @@ def summary(path: str) -> dict:
             segs.setdefault(k, []).append(v)
     pad = lambda xs: xs + [0.0] * (len(turns) - len(xs))  # noqa: E731
     calls = [r for r in rows if r["kind"] == "call"]
+    answered = [t["tta"] for t in turns if t.get("tta") is not None]
     out = {"turns": len(turns), "v2v_ms": percentiles((t["v2v"] for t in turns), (50, 95)),
+           # the answer's first audio (after any filler): what a filler does not shorten
+           "time_to_answer_ms": percentiles(answered, (50, 95)) if answered else None,
            "segment_median_ms": {k: round(statistics.median(pad(v)), 1) for k, v in segs.items()},
            "endpointing_plus_transcription_median_ms": round(statistics.median(
                [t["segments"].get("endpointing", 0) + t["segments"].get("transcription", 0)

@@ -367,6 +367,39 @@ async def test_pre_rendered_filler_phrases_play_without_a_tts_request():
     assert len(await render_phrases(stack_tts_silent(), ["Hi."])) == 0
 
 
+async def test_a_pre_rendered_hold_phrase_waits_longer_for_the_answer():
+    """A hold phrase rendered at warm-up plays at once, so it is due when the filler has
+    ``hold_lead_rendered_ms`` (90 ms) left, not ``hold_lead_ms`` (300 ms, a TTS request's
+    time): an answer that reaches TTS in between follows the filler without a hold phrase."""
+    from rejoinder.runtime import warm_ports
+
+    async def once(policy: FillerPolicy, rendered: bool):
+        clock = VirtualClock()
+        stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                           calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
+        if rendered:
+            stack.tts.ttfb_ms = 0.0
+            await warm_ports(stack, (*policy.phrases, *policy.hold_phrases))
+            stack.tts.ttfb_ms = 80.0
+        said: list[SpeakableText] = []
+        bus = EventBus()
+        bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
+        res = await run_call([turn(tone(800))], stack, slow_agent(clock, 50, 1000), clock=clock,
+                             tail_ms=3000, bus=bus, filler=policy)
+        return [s.text.strip() for s in said if s.source == "filler"], res.turns[0]
+
+    fillers, rec = await once(FillerPolicy(), rendered=True)
+    assert fillers == ["One moment."]
+    early, late = await once(FillerPolicy(hold_lead_rendered_ms=300), rendered=True)
+    assert early == ["One moment.", "Let me check."]
+    # the answer no longer waits behind "Let me check." (600 ms of the fake TTS's audio)
+    assert rec.time_to_answer_ms() == pytest.approx(late.time_to_answer_ms() - 600, abs=25)
+    assert rec.v2v_ms() == late.v2v_ms()  # the filler itself is as early as before
+    # a phrase that is synthesized when said keeps the longer lead
+    fillers, _ = await once(FillerPolicy(), rendered=False)
+    assert fillers == ["One moment.", "Let me check."]
+
+
 def stack_tts_silent():
     class Silent:
         sample_rate, voice_name = 16000, "silent"

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .clock import wait_within
 from .events import ErrorEvent, Recovery, SpeakableText
 from .line import Playout
-from .phrases import RenderedPhrases
+from .phrases import RenderedPhrases, phrase_key
 from .ports import TTSPort
 from .stages import Stamper, WatchdogTimeout, timed_tts, watch
 from .text import SpeakableChunker, SpeechNormalizer, normalize_for_speech
@@ -156,6 +156,12 @@ class FillerPolicy(BaseModel):
                                 "next hold phrase is sent to TTS when no audio of the answer is "
                                 "ready (Piper took 100-350 ms to a short phrase's first audio "
                                 "on a busy 2-core box)")
+    hold_lead_rendered_ms: float = Field(90.0, ge=0, description="the same for a hold phrase "
+                                         "rendered at warm-up (rejoinder.phrases), whose audio "
+                                         "is there at once: three hold polls, so that a late "
+                                         "event loop leaves no gap; the answer gets the rest of "
+                                         "the filler's audio to become ready instead of waiting "
+                                         "behind a hold phrase")
 
 
 @dataclass
@@ -224,9 +230,9 @@ RUN_DRY_MS = 600.0
 #: "The wireless headphones of order 4217 were shipped on Friday," held the answer about 330 ms
 #: of decoding and 280–400 ms of synthesis after the results were read.
 AFTER_TOOLS_FIRST_WORDS = 6
+AFTER_TOOLS_FIRST_CHARS = 40
 #: how often (ms, call clock) a reply that said a filler checks whether a hold phrase is due
 HOLD_POLL_MS = 30.0
-AFTER_TOOLS_FIRST_CHARS = 40
 
 
 def _leading_silence(pcm: np.ndarray, rate: int) -> int:
@@ -377,7 +383,7 @@ class Reply:
                         break
                     except TimeoutError:
                         ahead = self._ahead_ms()
-                        if queue.empty() and ahead is not None and ahead <= self.filler.hold_lead_ms:
+                        if queue.empty() and ahead is not None and ahead <= self._hold_lead_ms():
                             self._holds_left -= 1
                             yield None
             except StopAsyncIteration:
@@ -385,6 +391,14 @@ class Reply:
             finally:  # retrieved, also when the reply was cut while a hold was being said
                 await _drop_read(nxt)
             yield item
+
+    def _hold_lead_ms(self) -> float:
+        """When the next hold phrase is due (audio left to play, ms): later for one rendered at
+        warm-up, which needs no synthesis time."""
+        nxt = self.filler.hold_phrases[len(self.filler.hold_phrases) - self._holds_left]
+        if self.phrases is not None and phrase_key(nxt) in self.phrases:
+            return self.filler.hold_lead_rendered_ms
+        return self.filler.hold_lead_ms
 
     def _long_wait(self, item: "Say") -> bool:
         """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more."""

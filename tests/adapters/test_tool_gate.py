@@ -195,6 +195,25 @@ SPOKEN = tuple(ToolSchema(t.name, t.description, {**t.parameters, "properties": 
     else t.parameters, EXAMPLES[t.name]) for t in TOOLS)
 
 
+async def test_a_day_said_in_the_callers_message_before_is_inherited(gate_llm):
+    """"Thursday at 6 pm?" (closed), then "4 pm that same day, then.": the time is this
+    message's, the day the one before's (``_toolcall.argument_sources``), copied, not sampled
+    (the model alone wrote it in 3 sampled tokens here, and may write another day)."""
+    move = ToolSchema("reschedule", "Move the appointment.", {
+        "type": "object", "required": ["day", "time"],
+        "properties": {"day": {"type": "string", "enum": ["Monday", "Tuesday", "Wednesday",
+                                                          "Thursday", "Friday"]},
+                       "time": {"type": "string", "pattern": "^[0-9]{1,2} ?(am|pm)$"}}})
+    msgs = (SUPPORT, ChatMessage("user", "Can I come Thursday at 6 pm?"),
+            ChatMessage("assistant", "Sorry, we close at 5 PM. Monday is free all day."),
+            ChatMessage("user", "4 pm that same day, then."))
+    out = await _run(gate_llm, LLMRequest(msgs, tools=(move,), tool_choice="reschedule",
+                                          temperature=0.0, max_tokens=24))
+    call = next(x for x in out if isinstance(x, ToolCall))
+    assert call.arguments == {"day": "Thursday", "time": "4 pm"}
+    assert gate_llm.last_stats.generated == 0  # both copied from the caller's words, none sampled
+
+
 @pytest.mark.parametrize("ground, want", [(True, "4, 2, 1, 7"), (False, None)])
 async def test_a_patterned_argument_is_copied_from_what_the_caller_said(gate_llm, ground, want):
     """Grounding (``ChatEngine.ground_arguments``) copies the caller's own span into a patterned

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rejoinder.adapters._which import TALK, ExampleMatcher
+from rejoinder.adapters._which import EMBED_TEMPLATE, TALK, ExampleMatcher
 from rejoinder.app.support import agent as support
 from rejoinder.errors import ConfigError
 from rejoinder.ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
@@ -48,6 +48,15 @@ def test_small_talk_nearer_than_every_tool_vetoes_the_call():
     assert tool is None and sims[TALK] > max(sims[n] for n in names)
     tool, sims = m.choose("where is my order", names, talk=True)
     assert tool == "lookup_order" and sims["lookup_order"] > sims[TALK]
+    # the caller's text is embedded once per choice (a forward pass of the model each), small
+    # talk competing or not
+    seen: list[str] = []
+    counted = ExampleMatcher(lambda t: seen.append(t) or _bag(t), TOOLS, ("hello there",))
+    seen.clear()
+    counted.choose("where is my order", names, talk=True)
+    counted.choose("a person", names)
+    assert [t for t in seen if "order" in t or "person" in t] == [
+        EMBED_TEMPLATE.format("where is my order"), EMBED_TEMPLATE.format("a person")]
     # without ``talk`` small talk only centres the space, as before
     assert m.choose("hello, hello", names)[0] in names
     assert TALK not in m.choose("hello, hello", names)[1]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rejoinder.adapters._toolcall import (DEFAULT_SYSTEM, TOOL_CALL_OPEN, SentinelScanner,
-                                          call_grammar, check_tool_choice, choice_grammar,
+                                          argument_sources, call_grammar, check_tool_choice, choice_grammar,
                                           flatten_result, grounded_values, json_complete, names_grammar, object_plan, parse_calls,
                                           render_prompt, tools_json, value_grammar)
 from rejoinder.ports import ChatMessage, PortError, ToolCall, ToolSchema
@@ -244,13 +244,39 @@ def test_a_tool_is_grounded_only_when_its_required_pattern_and_enum_arguments_we
     free = ToolSchema("list", "List them.", {"type": "object", "properties": {}})
     engine = SimpleNamespace(ground_arguments=True, _caller_said=ChatEngine._caller_said)
 
-    def grounding(said: str) -> dict:
-        req = LLMRequest((ChatMessage("user", "Wednesday at 2 pm"), ChatMessage("assistant", "Sure."),
+    engine._caller_before = ChatEngine._caller_before
+
+    def grounding(said: str, before: str = "Can I book something?") -> dict:
+        req = LLMRequest((ChatMessage("user", before), ChatMessage("assistant", "Sure."),
                           ChatMessage("user", said)), tools=(move, free))
         return ChatEngine._grounding(engine, req)
     assert grounding("Move it to Wednesday at 2 pm") == {"move": True, "list": None}
-    # the recogniser lost "Wednesday": the day was not said in this message, so no call
+    # the recogniser lost "Wednesday": the day was not said, so no call
     assert grounding("Could I move my haircut to when they at 2 pm") == {"move": False, "list": None}
     assert grounding("Move it to Monday") == {"move": False, "list": None}  # no time
+    # a message that restates part of the caller's request before it inherits the rest
+    assert grounding("Make it 4 pm then", before="Wednesday at 2 pm?") == {"move": True, "list": None}
+    assert grounding("Move it to Monday", before="Wednesday at 2 pm?") == {"move": True, "list": None}
+    # one that grounds none of them inherits nothing: still no call
+    assert grounding("Okay, thanks.", before="Wednesday at 2 pm?") == {"move": False, "list": None}
     engine.ground_arguments = False
     assert grounding("Move it") == {"move": None, "list": None}
+
+
+def test_a_required_argument_the_last_message_lacks_is_read_from_the_one_before():
+    schema = {"type": "object", "required": ["day", "time"],
+              "properties": {"day": {"type": "string", "enum": ["Monday", "Thursday"]},
+                             "time": {"type": "string", "pattern": "^[0-9]{1,2} ?(am|pm)$"},
+                             "service": {"type": "string", "enum": ["haircut", ""]},
+                             "note": {"type": "string"}}}
+    before = "Thursday at 6 pm for the haircut?"
+    # the time from this message, the day from the one before; an optional one is never inherited
+    assert argument_sources(schema, "4 pm that same day, then.", before) == {
+        "day": before, "time": "4 pm that same day, then.", "service": "4 pm that same day, then."}
+    # both said now (a self-repair inside the message is read from the message alone)
+    said = "Monday at 2 pm, sorry, Thursday at 3 pm"
+    assert argument_sources(schema, said, before) == {"day": said, "time": said, "service": said}
+    # nothing of it said now: nothing inherited
+    assert argument_sources(schema, "Okay.", before) == {"day": "Okay.", "time": "Okay.",
+                                                         "service": "Okay."}
+    assert argument_sources(schema, "4 pm", "") == {"day": "4 pm", "time": "4 pm", "service": "4 pm"}

@@ -119,7 +119,9 @@ async def test_cancel_is_irreversible_and_only_touches_the_callers_own(call):
                                      ("Thursday morning", (10, 0)), ("Tuesday at 10 AM", (10, 0)),
                                      ("4 in the afternoon", (16, 0)), ("two", (14, 0)),
                                      ("9 in the morning", (9, 0)), ("2pm", (14, 0)),
-                                     ("Monday at 2. Sorry, I mean Tuesday at 3", (15, 0))])
+                                     ("Monday at 2. Sorry, I mean Tuesday at 3", (15, 0)),
+                                     ("three o'clock", (15, 0)), ("11 o'clock", (11, 0)),
+                                     ("nine o'clock in the morning", (9, 0))])
 def test_parse_time(text, hm):
     assert support.parse_time(text) == hm
 
@@ -167,6 +169,14 @@ def test_the_tools_the_llm_sees():
             for t in ("3 pm", "Tuesday at 3 PM", "15:00", "three", "3 in the afternoon")] == ["15:00"] * 5
     assert support.reschedule_appointment.parse(
         {"day": "Monday", "time": "3", "service": "the Haircut, 2pm"})["service"] == "haircut"
+    # a whole hour said with "o'clock" is a time the argument can be grounded in
+    from rejoinder.adapters._toolcall import grounded_values
+    time = move["properties"]["time"]
+    assert grounded_values(time, "Friday, sorry, make it 4 o'clock.") == ["4 o'clock"]
+    assert grounded_values(time, "at ten o'clock in the morning, please") == [
+        "at ten o'clock in the morning"]
+    assert support.reschedule_appointment.parse(
+        {"day": "Friday", "time": "at ten o'clock in the morning"})["time"] == "10:00"
     # no tool takes the caller's identity: it comes from the runtime
     for s in schemas.values():
         assert not {"phone", "customer_phone", "ctx", "customer_id"} & set(s.parameters["properties"])

@@ -99,6 +99,27 @@ def test_each_failure_is_attributed_to_its_cause():
     assert late.causes == ["timeout"]
 
 
+def test_an_argument_the_caller_never_says_is_not_blamed_on_recognition():
+    # "my other order": the number comes from the caller's account, not from the caller's words
+    sc = scenario(turns=[{"audio": [{"say": "Actually, what about my other order?"}], "expect": {
+        "tools": [{"name": "lookup_order", "args": {"order_id": "5031"}}]}}])
+
+    def causes(said, tools=()):
+        return evaluate(sc, result([rec(1, 1800, usend=1500, pb=2000, said=said, tools=tools)]),
+                        TRUTH[:1]).causes
+
+    assert causes("Actually, what about my other order?") == ["no tool"]
+    assert causes("what about my other order", [("list_appointments", {})]) == ["wrong tool"]
+    assert causes("what about my other order", [("lookup_order", {"order_id": "4217"})]) == [
+        "wrong argument"]
+    # a number the script does say and the recogniser lost is still a recognition error
+    said = scenario(turns=[{"audio": [{"say": "Order"}, {"asterisk": "digits/5"}, {"asterisk": "digits/0"},
+                                      {"asterisk": "digits/3"}, {"asterisk": "digits/1"}],
+                            "expect": {"tools": [{"name": "lookup_order", "args": {"order_id": "5031"}}]}}])
+    v = evaluate(said, result([rec(1, 1800, usend=1500, pb=2000, said="Order 5, 0, 3.")]), TRUTH[:1])
+    assert v.causes == ["recognition error"]
+
+
 def test_reply_excludes_catches_a_leak():
     sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {"reply_excludes": ["coffee grinder"]}}])
     assert evaluate(sc, result([rec(1, 1800, heard="I can't share that order.")]), TRUTH[:1]).success

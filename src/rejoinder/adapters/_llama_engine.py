@@ -30,8 +30,8 @@ from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_voca
 from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
-                        SentinelScanner, call_grammar, check_tool_choice, json_complete,
-                        grounded_values, names_grammar, object_plan,
+                        SentinelScanner, argument_sources, call_grammar, check_tool_choice,
+                        groundable, grounded_values, json_complete, names_grammar, object_plan,
                         value_grammar)
 
 TOOL_MODES = ("gate", "lazy", "eager")
@@ -385,6 +385,7 @@ class ChatEngine:
         text += f'{name}", "{fmt.args_key}":'
         schema = next(t for t in tools if t.name == name).parameters
         said = self._caller_said(request) if self.ground_arguments else ""
+        sources = argument_sources(schema, said, self._caller_before(request)) if said else {}
         plan = object_plan(schema, said if self.ground_arguments else None)
         if plan is None:  # free-text optional or extra properties: sample the whole object
             out = sample(text, value_grammar(schema, "}", lead=" "),
@@ -396,10 +397,11 @@ class ChatEngine:
         for i, (key, sub) in enumerate(plan):
             text += (" " if i else "") + json.dumps(key) + ":"
             sep = "," if i < len(plan) - 1 else "}"
-            spans = grounded_values(sub, said)
+            source = sources.get(key, said)  # the last message, or the one before it
+            spans = grounded_values(sub, source)
             if spans:  # the caller's own words, forced: the last said (a self-repair comes after
                 # what it corrects, Levelt 1983: "Monday at 2. Sorry, I mean Tuesday")
-                low = said.lower()
+                low = source.lower()
                 value = max(spans, key=lambda v: (low.rfind(v.lower()), len(v)))
                 text += f" {json.dumps(value)}{sep}"
                 continue
@@ -419,6 +421,12 @@ class ChatEngine:
             if m.role == "user":
                 return m.content
         return ""
+
+    @staticmethod
+    def _caller_before(request: LLMRequest) -> str:
+        """The caller's message before their last one ("" when there is none)."""
+        said = [m.content for m in request.messages if m.role == "user"]
+        return said[-2] if len(said) > 1 else ""
 
     def _reply_grammar(self, request: LLMRequest, opener: str | None) -> str | None:
         """The grammar of a text reply: the request's JSON schema, else after a tool result a
@@ -552,20 +560,24 @@ class ChatEngine:
         return matcher
 
     def _grounding(self, request: LLMRequest) -> dict[str, bool | None]:
-        """Per callable tool, whether the caller's last message holds its required arguments
-        that have a ``pattern`` or an ``enum``: True (all said: an order number read out),
+        """Per callable tool, whether the caller's words hold its required arguments that have
+        a ``pattern`` or an ``enum``: True (all said: an order number read out; or some said
+        and the rest in the caller's message before, :func:`._toolcall.argument_sources`),
         False (one is missing: called anyway, SmolLM2-135M wrote order "1234" for "I need to
         cancel my consultation", and a weekday of its own when the recogniser lost the caller's
         "Wednesday"), None (it has none, or ``ground_arguments`` is off)."""
         said = self._caller_said(request) if self.ground_arguments else None
+        before = self._caller_before(request)
         out: dict[str, bool | None] = {}
         for t in request.callable_tools():
-            props = (t.parameters or {}).get("properties") or {}
-            need = [p for p in (props.get(k) or {} for k in (t.parameters or {}).get("required") or ())
-                    if p.get("pattern") or any(isinstance(v, str) and v.strip()
-                                               for v in p.get("enum") or ())]
-            out[t.name] = None if said is None or not need else all(
-                grounded_values(p, said) for p in need)
+            params = t.parameters or {}
+            props = params.get("properties") or {}
+            need = [k for k in params.get("required") or () if groundable(props.get(k) or {})]
+            if said is None or not need:
+                out[t.name] = None
+                continue
+            sources = argument_sources(params, said, before)
+            out[t.name] = all(grounded_values(props[k], sources[k]) for k in need)
         return out
 
     def matcher_for(self, tools: tuple[ToolSchema, ...],

@@ -294,6 +294,33 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
     return out
 
 
+def groundable(schema: dict[str, Any]) -> bool:
+    """Whether a property can be grounded in the caller's words: a ``pattern``, or an ``enum``
+    with a non-empty string value."""
+    return bool(schema.get("pattern")) or any(isinstance(v, str) and v.strip()
+                                              for v in schema.get("enum") or ())
+
+
+def argument_sources(schema: dict[str, Any], said: str, before: str = "") -> dict[str, str]:
+    """Per groundable property of a tool's parameter ``schema``, the caller's words its value
+    is read from (:func:`grounded_values`): ``said``, the caller's last message; for a required
+    one that message lacks, ``before`` (the caller's message before it) when ``said`` grounds
+    another required one. A request that restates part of the one before inherits the rest:
+    "Thursday at six in the evening?" … "Four o'clock that same day, then." is Thursday at
+    four. A message that grounds none of them ("Okay.") inherits nothing, so a small model's
+    call on it is still vetoed, and a self-repair inside one message still takes the value
+    said last (``said`` alone)."""
+    props = (schema or {}).get("properties") or {}
+    required = set((schema or {}).get("required") or ())
+    out = {k: said for k, p in props.items() if groundable(p or {})}
+    need = [k for k in out if k in required]
+    if before and any(grounded_values(props[k], said) for k in need):
+        for k in need:
+            if not grounded_values(props[k], said) and grounded_values(props[k], before):
+                out[k] = before
+    return out
+
+
 _DIGIT_OF = DIGIT_WORDS
 _DIGIT_WORD = re.compile(r"(?<![\w'])(?:" + "|".join(_DIGIT_OF) + r")(?![\w'])", re.IGNORECASE)
 

@@ -96,7 +96,13 @@ class ExampleMatcher:
     def similarities(self, text: str, names: Sequence[str]) -> dict[str, float]:
         """Cosine similarity (−1…1) of ``text`` to the closest example of each tool in
         ``names`` that has examples, in the centred space."""
-        q = self._centred(self._unit(text)[None, :])[0]
+        return self._sims(self._query(text), names)
+
+    def _query(self, text: str) -> np.ndarray:
+        """``text``'s centred unit embedding (one forward pass of the embedding model)."""
+        return self._centred(self._unit(text)[None, :])[0]
+
+    def _sims(self, q: np.ndarray, names: Sequence[str]) -> dict[str, float]:
         return {n: float((self._protos[n] @ q).max()) for n in names if n in self._protos}
 
     def choose(self, text: str, names: Sequence[str],
@@ -105,10 +111,10 @@ class ExampleMatcher:
 
         ``talk``: small talk competes too (its similarity is ``sims[TALK]``); when a small-talk
         example is nearer than every tool's, the choice is None (no call)."""
-        sims = self.similarities(text, names)
+        q = self._query(text)  # embedded once for the tools and small talk
+        sims = self._sims(q, names)
         best = max(sims, key=sims.__getitem__) if sims else None
         if talk and self._talk is not None and best is not None:
-            q = self._centred(self._unit(text)[None, :])[0]
             sims[TALK] = float((self._talk @ q).max())
             if sims[TALK] > sims[best]:
                 return None, sims

@@ -89,7 +89,7 @@ Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Frida
                             "Sunday"], BeforeValidator(_weekday)]
 
 # A time of day as callers say it ("at 2", "2 pm", "2:30 PM", "14:00", "two pm", "noon", "4 in
-# the afternoon", "morning"). With a pattern the argument is grounded like the order number: the
+# the afternoon", "three o'clock", "morning"). With a pattern the argument is grounded like the order number: the
 # embedded LLM chooses among the spans of the caller's words that are times
 # (rejoinder.adapters._toolcall.grounded_values); free text let SmolLM2-135M write the day
 # ("time": "Tuesday") or the old slot. parse_time reads every form the pattern accepts.
@@ -97,8 +97,10 @@ _HOUR = r"(1[0-2]|0?[0-9]|1[3-9]|2[0-3]|one|two|three|four|five|six|seven|eight|
 _PART = r"(morning|afternoon|evening)"
 _AMPM = r"( ?[aApP]\.? ?[mM]\.?)"
 # a bare hour counts only after "at" ("at 11"): digits read out ("8, 1, 4") are not times
+# "o'clock" is how most callers say a whole hour ("three o'clock", "9 o'clock in the morning")
 TIME_PATTERN = (rf"^((at )?({_HOUR}([:.][0-5][0-9])?{_AMPM}|{_HOUR}[:.][0-5][0-9]"
-                rf"|{_HOUR} in the {_PART}|noon|midday|{_PART})|at {_HOUR})$")
+                rf"|{_HOUR} in the {_PART}|{_HOUR} o'clock( in the {_PART})?|noon|midday|{_PART})"
+                rf"|at {_HOUR})$")
 def _time_of_day(value: Any) -> str:
     """Any time parse_time reads, as "HH:MM" (so an LLM that is not held to the pattern may
     write "Tuesday at 3 pm"). Raises ValueError naming the text otherwise."""

@@ -13,7 +13,8 @@ stored with the run and are searchable (``rejoinder runs search``). Each failure
 attributed to a cause (:attr:`Verdict.causes`, one per failure), from what was measured:
 
 * ``recognition error`` — the caller's words an expectation depends on (the expected tool
-  arguments, e.g. an order number) are not in the final transcript: the LLM never had a chance;
+  arguments the caller's script says, e.g. an order number read out) are not in the final
+  transcript: the LLM never had a chance;
 * ``no tool`` / ``wrong tool`` / ``wrong argument`` — the transcript had them, the LLM did not call
   the expected tool, called another, or called it with other arguments;
 * ``tool failed`` — the expected call was made but returned an error;
@@ -39,8 +40,9 @@ from typing import Any
 from ..scenario import Scenario
 from ..turns import TurnPolicy
 from .answers import answer_checks
-from .wordforms import _digit_runs, _spoken_forms, _words
+from .heldout import turn_words
 from .outcomes import check_outcomes
+from .wordforms import _digit_runs, _spoken_forms, _words
 
 
 @dataclass
@@ -64,8 +66,13 @@ def _in_transcript(value: Any, transcript: str) -> bool:
     return _words(v) in words
 
 
-def _tool_cause(calls: list[dict[str, Any]], name: str, args: dict[str, Any], transcript: str) -> str:
-    if not all(_in_transcript(v, transcript) for v in args.values()):
+def _tool_cause(calls: list[dict[str, Any]], name: str, args: dict[str, Any], transcript: str,
+                said: str = "") -> str:
+    """The cause of a missing expected call. ``said``: the words the caller's script says ("" when
+    unknown); an argument the script never says (the caller's "other order", known from the
+    account) is the agent's to find, so its absence from the transcript is no recognition error."""
+    heard = [v for v in args.values() if not said or _in_transcript(v, said)]
+    if not all(_in_transcript(v, transcript) for v in heard):
         return "recognition error"
     same = [c for c in calls if c.get("name") == name]
     if not calls:
@@ -175,7 +182,7 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
             if not match:
                 tool_ok = False
                 got = ", ".join(f"{c.get('name')}({c.get('args')})" for c in calls) or "no tool"
-                fail(_tool_cause(calls, tool.name, tool.args, transcript),
+                fail(_tool_cause(calls, tool.name, tool.args, transcript, turn_words(spec)),
                      f"{label}: expected {tool.name}({tool.args}), got {got} "
                      f"(transcript: {transcript.strip()!r})")
             elif all(c.get("error") for c in match):

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..scenario import Scenario
+from ..scenario import CallerTurn, Scenario
 
 #: The words of the Asterisk prompts the bundled suites play (Debian
 #: asterisk-core-sounds-en's core-sounds-en.txt); ``digits/N`` is N and ``digits/day-N`` a weekday.
@@ -58,23 +58,26 @@ def normalise(text: str) -> str:
     return " ".join(out)
 
 
+def turn_words(turn: CallerTurn) -> str:
+    """The words a caller turn says: its ``say:`` text and, in a request, the words of its known
+    Asterisk prompts, in order ("" for noise, babble, silence or unknown recordings)."""
+    parts = []
+    for seg in turn.audio:
+        if seg.say:
+            parts.append(seg.say)
+        elif seg.asterisk and turn.kind == "request":
+            words = prompt_words(seg.asterisk)
+            if words:
+                parts.append(words)
+    return " ".join(parts)
+
+
 def caller_utterances(sc: Scenario) -> list[str]:
     """Each caller turn's words (``say:`` text and known prompt words, in order), then each
     ``say:`` segment on its own, then each of its sentences of at least
     :data:`MIN_SENTENCE_WORDS` words; turns of noise, babble or silence give nothing."""
-    turns, says = [], []
-    for turn in sc.turns:
-        parts = []
-        for seg in turn.audio:
-            if seg.say:
-                parts.append(seg.say)
-                says.append(seg.say)
-            elif seg.asterisk and turn.kind == "request":
-                words = prompt_words(seg.asterisk)
-                if words:
-                    parts.append(words)
-        if parts:
-            turns.append(" ".join(parts))
+    turns = [w for w in map(turn_words, sc.turns) if w]
+    says = [seg.say for turn in sc.turns for seg in turn.audio if seg.say]
     sentences = [x.strip() for say in says for x in re.split(r"(?<=[.?!])\s+", say)
                  if len(normalise(x).split()) >= MIN_SENTENCE_WORDS]
     return list(dict.fromkeys(u for u in turns + says + sentences if normalise(u)))
