@@ -272,8 +272,9 @@ async def test_a_wait_longer_than_the_filler_gets_hold_phrases_until_the_answer(
     res, said, row = await tool_call(latency_ms=1000, tool_ms=2000)
     sources = [s.source for s in said]
     texts = [s.text.strip() for s in said if s.source == "filler"]
-    assert texts == ["One moment.", "Let me check.", "Just a second."]  # then no more phrases
-    assert sources[:3] == ["filler"] * 3 and set(sources[3:]) == {"llm"}
+    assert texts == ["One moment.", "Let me check.", "Just a second.", "Still checking.",
+                     "Thanks for waiting."]
+    assert sources[:5] == ["filler"] * 5 and set(sources[5:]) == {"llm"}
     rec = res.turns[0]
     assert rec.time_to_answer_ms() > rec.v2v_ms() + 1500  # the holds are not the answer
     assert row["longest_silence_ms"] < 1000  # the wait before the filler: endpointing, STT, tool choice
@@ -285,6 +286,29 @@ async def test_a_wait_longer_than_the_filler_gets_hold_phrases_until_the_answer(
                                      filler=FillerPolicy(hold_phrases=()))
     assert [s.text.strip() for s in said if s.source == "filler"] == ["One moment."]
     assert quiet["longest_silence_ms"] > 1500
+
+
+async def test_hold_phrases_start_over_until_hold_max_ms_after_the_filler():
+    # a 3.5 s tool outlasts the filler and all four hold phrases (fake TTS audio): the list
+    # starts over, and the caller never hears a silence they would take the turn in
+    res, said, row = await tool_call(latency_ms=1000, tool_ms=3500)
+    holds = [s.text.strip() for s in said if s.source == "filler"][1:]
+    phrases = list(FillerPolicy().hold_phrases)
+    assert holds[:4] == phrases and holds[4:] == phrases[:len(holds) - 4] and len(holds) > 4
+    assert row["longest_silence_ms"] < 1000  # the wait before the filler
+    assert res.turns[0].time_to_answer_ms() > 4000
+    # hold_max_ms=0: each phrase once, then the line goes quiet until the answer
+    _, said, once = await tool_call(latency_ms=1000, tool_ms=3500,
+                                    filler=FillerPolicy(hold_max_ms=0))
+    assert [s.text.strip() for s in said if s.source == "filler"][1:] == phrases
+    assert once["longest_silence_ms"] > 1000
+    # a cap shorter than the wait: the phrases stop at it, the rest is quiet
+    _, said, capped = await tool_call(latency_ms=1000, tool_ms=6000,
+                                      filler=FillerPolicy(hold_max_ms=3500))
+    n = len([s for s in said if s.source == "filler"])
+    _, said, longer = await tool_call(latency_ms=1000, tool_ms=6000)
+    assert 5 < n < len([s for s in said if s.source == "filler"])
+    assert capped["longest_silence_ms"] > 1000 > longer["longest_silence_ms"]
 
 
 async def test_a_gate_decision_to_call_starts_the_filler_before_the_call_is_written():
@@ -341,7 +365,7 @@ async def test_pre_rendered_filler_phrases_play_without_a_tts_request():
             stack.tts.ttfb_ms = 0.0
             await warm_ports(stack, (*policy.phrases, *policy.hold_phrases))
             stack.tts.ttfb_ms = 80.0
-            assert set(stack.phrases.audio) == {"One moment.", "Let me check.", "Just a second."}
+            assert set(stack.phrases.audio) == {"One moment.", *policy.hold_phrases}
         stack.tts.texts.clear()
         bus, stamps = EventBus(), []
         from rejoinder.events import Boundary
@@ -351,14 +375,14 @@ async def test_pre_rendered_filler_phrases_play_without_a_tts_request():
         return res, stack.tts.texts, stamps
 
     res, texts, stamps = await once(True)
-    assert not any(t in texts for t in ("One moment.", "Let me check.", "Just a second."))
+    assert not any(t in texts for t in ("One moment.", *FillerPolicy().hold_phrases))
     req = [b for b in stamps if b.name == "tts_request"]
     first = [b for b in stamps if b.name == "tts_first_audio"]
     assert req[0].data["voice"] == "tone (pre-rendered)"
     assert first[0].t_ms - req[0].t_ms == 0.0  # no synthesis wait
     base, texts0, stamps0 = await once(False)
-    assert texts0[:3] == ["One moment.", "Let me check.", "Just a second."]
-    assert texts and texts == texts0[3:]  # the answer is synthesized as before
+    assert texts0[:5] == ["One moment.", *FillerPolicy().hold_phrases]
+    assert texts and texts == texts0[5:]  # the answer is synthesized as before
     from fakes import heard
     assert heard(base) == heard(res)
     # the first filler reaches the caller 80 ms (the fake TTS's time to first audio) sooner

@@ -132,7 +132,10 @@ class FillerPolicy(BaseModel):
     After a filler, while no audio of the answer is ready, ``hold_phrases`` are said one at a
     time, each as the audio before it is about to run out (``hold_lead_ms``), so a wait longer
     than expected does not leave the line quiet long enough for the caller to take the turn;
-    marked ``source="filler"`` like the filler."""
+    marked ``source="filler"`` like the filler. When the answer is still not ready after the
+    last of them, they start over from the first until ``hold_max_ms`` after the filler, as a
+    person on a help line keeps saying they are still looking; after that the line goes quiet
+    (an LLM or tool that slow is a fault the recovery policy handles)."""
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = False
@@ -148,10 +151,17 @@ class FillerPolicy(BaseModel):
                                     "none (LlamaLLM declares 700)")
     phrases: tuple[str, ...] = ("One moment.",)
     hold_phrases: tuple[str, ...] = Field(
-        ("Let me check.", "Just a second."), description="said one at a time after a filler "
-        "while no audio of the answer is ready, each as the audio before it is about to run "
-        "out (hold_lead_ms): the harness's simulated caller, like a person, takes the turn "
-        "after 600 ms of silence, and talked over answers that came later")
+        ("Let me check.", "Just a second.", "Still checking.", "Thanks for waiting."),
+        description="said one at a time after a filler while no audio of the answer is ready, "
+        "each as the audio before it is about to run out (hold_lead_ms): the harness's "
+        "simulated caller, like a person, takes the turn after 600 ms of silence, and talked "
+        "over answers that came later")
+    hold_max_ms: float = Field(8000.0, ge=0, description="after the last hold phrase, the "
+                               "phrases start over from the first while less than this long "
+                               "(ms) has passed since the filler was sent to TTS; 0: each "
+                               "phrase once. Qwen2.5-Coder-1.5B on 2 cores took 2.7 s from a "
+                               "lookup's result to its first word, longer than the filler and "
+                               "two phrases, and the caller talked over the answer")
     hold_lead_ms: float = Field(300.0, ge=0, description="audio left to play (ms) at which the "
                                 "next hold phrase is sent to TTS when no audio of the answer is "
                                 "ready (Piper took 100-350 ms to a short phrase's first audio "
@@ -283,7 +293,8 @@ class Reply:
         self._samples_per_char: float | None = None
         self._answer_marked = False
         self._holding = False  # a filler was said and the answer has not come yet
-        self._holds_left = 0  # hold phrases not said yet in this reply
+        self._holds_said = 0  # hold phrases said in this reply
+        self._filler_at: float | None = None  # call clock (ms) when the filler went to TTS
 
     async def speak(self, items: AsyncIterable["Say"]) -> None:
         """Speak ``items`` (text deltas with their source) as they arrive; returns when all audio
@@ -303,8 +314,6 @@ class Reply:
                        queue: asyncio.Queue[tuple[str, str, int, bool] | None]) -> None:
         """Chunk the text as it arrives; a change of source or step (or a flush) ends the chunk."""
         chunker, source, step = SpeakableChunker(), "llm", 0
-        holds = iter(self.filler.hold_phrases)
-        self._holds_left = len(self.filler.hold_phrases)
         resume = [False]  # the next chunk continues the reply after a recovery
 
         def put(chunk: str, src: str, stp: int) -> None:
@@ -318,17 +327,18 @@ class Reply:
             items = self._with_filler(items) if self.filler.enabled else items
             async for item in self._with_holds(items, queue):
                 if item is None:  # the answer is late: a hold phrase, a chunk of its own
-                    put(next(holds) + " ", "filler", step)
+                    put(self._next_hold() + " ", "filler", step)
+                    self._holds_said += 1
                     continue
                 if item.source == "filler" and item.text.strip():
-                    self._holding = True  # (the catch-all filler of filler.enabled)
+                    self._hold_from_now()  # (the catch-all filler of filler.enabled)
                 if item.flush and not filled and self._long_wait(item):
                     filled = True  # once per reply: the caller knows the agent is on it
                     for chunk in chunker.flush():
                         put(chunk, source, step)
                     put(self.filler.phrases[0] + " ", "filler", step)  # the answer follows
                     source = "filler"
-                    self._holding = True
+                    self._hold_from_now()
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):
                     for chunk in chunker.flush():
                         put(chunk, source, step)
@@ -375,7 +385,7 @@ class Reply:
             nxt = asyncio.ensure_future(anext(it))
             try:
                 while True:
-                    if not (self._holding and self._holds_left):
+                    if not (self._holding and self._hold_allowed()):
                         item = await nxt
                         break
                     try:
@@ -384,7 +394,6 @@ class Reply:
                     except TimeoutError:
                         ahead = self._ahead_ms()
                         if queue.empty() and ahead is not None and ahead <= self._hold_lead_ms():
-                            self._holds_left -= 1
                             yield None
             except StopAsyncIteration:
                 return
@@ -392,10 +401,33 @@ class Reply:
                 await _drop_read(nxt)
             yield item
 
+    def _hold_from_now(self) -> None:
+        """A filler went to TTS: hold phrases may follow it (``hold_max_ms`` counts from the
+        first filler of the reply)."""
+        self._holding = True
+        if self._filler_at is None:
+            self._filler_at = self.st.now()
+
+    def _next_hold(self) -> str:
+        """The next hold phrase: the list in order, then over again."""
+        phrases = self.filler.hold_phrases
+        return phrases[self._holds_said % len(phrases)]
+
+    def _hold_allowed(self) -> bool:
+        """Another hold phrase may be said: one not said yet, or the list may start over
+        (less than ``hold_max_ms`` since the filler)."""
+        n = len(self.filler.hold_phrases)
+        if not n:
+            return False
+        if self._holds_said < n:
+            return True
+        since = self.st.now() - (self._filler_at if self._filler_at is not None else 0.0)
+        return since < self.filler.hold_max_ms
+
     def _hold_lead_ms(self) -> float:
         """When the next hold phrase is due (audio left to play, ms): later for one rendered at
         warm-up, which needs no synthesis time."""
-        nxt = self.filler.hold_phrases[len(self.filler.hold_phrases) - self._holds_left]
+        nxt = self._next_hold()
         if self.phrases is not None and phrase_key(nxt) in self.phrases:
             return self.filler.hold_lead_rendered_ms
         return self.filler.hold_lead_ms

@@ -567,7 +567,7 @@ class ChatEngine:
         cancel my consultation", and a weekday of its own when the recogniser lost the caller's
         "Wednesday"), None (it has none, or ``ground_arguments`` is off)."""
         said = self._caller_said(request) if self.ground_arguments else None
-        before = self._caller_before(request)
+        before = self._caller_before(request) if said else ""
         out: dict[str, bool | None] = {}
         for t in request.callable_tools():
             params = t.parameters or {}

@@ -313,10 +313,10 @@ def argument_sources(schema: dict[str, Any], said: str, before: str = "") -> dic
     props = (schema or {}).get("properties") or {}
     required = set((schema or {}).get("required") or ())
     out = {k: said for k, p in props.items() if groundable(p or {})}
-    need = [k for k in out if k in required]
-    if before and any(grounded_values(props[k], said) for k in need):
-        for k in need:
-            if not grounded_values(props[k], said) and grounded_values(props[k], before):
+    missing = [k for k in out if k in required and not grounded_values(props[k], said)]
+    if before and len(missing) < sum(k in required for k in out):  # said grounds one of them
+        for k in missing:
+            if grounded_values(props[k], before):
                 out[k] = before
     return out
 

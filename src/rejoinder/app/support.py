@@ -89,8 +89,8 @@ Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Frida
                             "Sunday"], BeforeValidator(_weekday)]
 
 # A time of day as callers say it ("at 2", "2 pm", "2:30 PM", "14:00", "two pm", "noon", "4 in
-# the afternoon", "three o'clock", "morning"). With a pattern the argument is grounded like the order number: the
-# embedded LLM chooses among the spans of the caller's words that are times
+# the afternoon", "three o'clock", "morning"). With a pattern the argument is grounded like the
+# order number: the embedded LLM chooses among the spans of the caller's words that are times
 # (rejoinder.adapters._toolcall.grounded_values); free text let SmolLM2-135M write the day
 # ("time": "Tuesday") or the old slot. parse_time reads every form the pattern accepts.
 _HOUR = r"(1[0-2]|0?[0-9]|1[3-9]|2[0-3]|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
