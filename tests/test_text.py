@@ -407,6 +407,24 @@ def test_take_clause_takes_up_to_the_last_safe_clause_boundary():
     assert c.push(" it arrives Wednesday. ") == [" and it arrives Wednesday."]
 
 
+def test_take_short_cuts_the_rest_like_a_first_chunk():
+    c = SpeakableChunker(first_max_words=6, first_max_chars=40)  # a reading after tools
+    c.push("The wireless headphones of order 4217")
+    assert c.push(" were shipped on Friday, December 4 and should arrive Wednesday, "
+                  "December 9.") == ["The wireless headphones of"]
+    # no clause boundary (both commas are inside dates): a safe gap within 6 words
+    assert c.take_short() == " order 4217 were shipped on"
+    assert c.take_short() == " Friday, December 4 and should arrive"
+    assert c.flush() == [" Wednesday, December 9."]
+    c = SpeakableChunker()
+    assert c.push("Thanks for waiting. Your order 4217, the wireless headphones, shipped "
+                  "today.") == ["Thanks for waiting."]
+    assert c.take_short() == " Your order 4217,"  # the first clause, not the last
+    assert c.take_short() == " the wireless headphones,"
+    assert c.take_short() is None  # the rest is one clause: nothing to cut
+    assert c.flush() == [" shipped today."]
+
+
 def test_take_clause_needs_words_and_a_resolved_boundary():
     c = SpeakableChunker()
     c.push("Thanks for waiting. ")

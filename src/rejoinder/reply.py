@@ -351,8 +351,11 @@ class Reply:
                     step = item.step
                 for chunk in chunker.push(item.text) + (chunker.flush() if source != "llm" else []):
                     put(chunk, source, step)  # the runtime's own lines are complete
-                if queue.empty() and self._running_dry() and (clause := chunker.take_clause()):
-                    put(clause, source, step)  # a clause now, not silence
+                if queue.empty() and self._running_dry() and (
+                        clause := chunker.take_clause() or chunker.take_short()):
+                    put(clause, source, step)  # a clause (else a head) now, not silence
+            if queue.empty() and self._running_dry() and (head := chunker.take_short()):
+                put(head, source, step)  # the rest's head first: its audio is ready sooner
             for chunk in chunker.flush():
                 put(chunk, source, step)
         finally:
