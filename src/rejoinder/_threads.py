@@ -21,22 +21,51 @@ from typing import AsyncIterator, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 _DONE = object()
-_POOLS: dict[str, ThreadPoolExecutor] = {}
+_POOLS: dict[str, "ModelThread"] = {}
 _OWNERS: dict[int, str] = {}  # thread ident → the library whose thread it is
 _POOLS_LOCK = threading.Lock()
 
 
-def model_thread(name: str) -> ThreadPoolExecutor:
+class ModelThread(ThreadPoolExecutor):
+    """A single-worker executor that knows how many submitted jobs have not started yet
+    (:attr:`waiting`), so that a long job can step aside for them (``iterate_in_thread``'s
+    ``pause``)."""
+
+    def __init__(self, name: str) -> None:
+        def own() -> None:
+            _OWNERS[threading.get_ident()] = name
+        super().__init__(1, thread_name_prefix=f"rejoinder-{name}", initializer=own)
+        self._count = threading.Lock()
+        self._waiting = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        def run():
+            with self._count:
+                self._waiting -= 1
+            return fn(*args, **kwargs)
+        with self._count:
+            self._waiting += 1
+        try:
+            return super().submit(run)
+        except BaseException:
+            with self._count:
+                self._waiting -= 1
+            raise
+
+    @property
+    def waiting(self) -> int:
+        """Jobs submitted and not started yet."""
+        return self._waiting
+
+
+def model_thread(name: str) -> ModelThread:
     """The process's one thread for every call into the native library ``name`` (``"llama"``,
     ``"ctranslate2"``): a single-worker executor, created on first use (see the module
     docstring for why)."""
     with _POOLS_LOCK:
         pool = _POOLS.get(name)
         if pool is None:
-            def own() -> None:
-                _OWNERS[threading.get_ident()] = name
-            pool = _POOLS[name] = ThreadPoolExecutor(1, thread_name_prefix=f"rejoinder-{name}",
-                                                     initializer=own)
+            pool = _POOLS[name] = ModelThread(name)
         return pool
 
 
@@ -49,7 +78,8 @@ def on_model_thread(name: str, fn: Callable[..., T], *args, **kwargs) -> T:
 
 
 async def iterate_in_thread(make_iter: Callable[[threading.Event], Iterator[T]],
-                            executor: ThreadPoolExecutor | None = None) -> AsyncIterator[T]:
+                            executor: ThreadPoolExecutor | None = None,
+                            pause: Callable[[T], bool] | None = None) -> AsyncIterator[T]:
     """Drive a blocking iterator in a worker thread and yield its items on the event loop.
 
     ``make_iter(stop)`` is called in the worker thread; the iterator should check ``stop.is_set()``
@@ -57,24 +87,47 @@ async def iterate_in_thread(make_iter: Callable[[threading.Event], Iterator[T]],
     work promptly. Exceptions raised in the worker are re-raised in the consumer. ``executor``:
     run it there (e.g. :func:`model_thread`; a request queued behind another starts when that one
     ends) instead of on a new thread.
+
+    ``pause(item)``, with a :class:`ModelThread` executor: called after each item; when it says
+    True and other jobs are waiting there, the iteration steps aside: it is submitted again
+    behind them and goes on from the next item once they have run (the iterator must allow
+    that: another job uses the thread in between). A cancelled consumer's paused iterator is
+    closed on the thread without taking another item.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
+    held: list[Iterator[T]] = []  # the iterator, once made (a paused one is resumed from it)
 
     def worker() -> None:
+        resumed = False
         try:
-            for item in make_iter(stop):
+            if not held:
+                held.append(make_iter(stop))
+            elif stop.is_set():
+                return
+            for item in held[0]:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
                 if stop.is_set():
                     break
+                if pause is not None and getattr(executor, "waiting", 0) and pause(item):
+                    executor.submit(worker)  # type: ignore[union-attr]
+                    resumed = True
+                    return
         except BaseException as exc:  # re-raised on the loop side
             loop.call_soon_threadsafe(queue.put_nowait, _Raised(exc))
         finally:
-            try:
-                loop.call_soon_threadsafe(queue.put_nowait, _DONE)
-            except RuntimeError:  # loop closed: nobody is listening any more
-                pass
+            if not resumed:
+                close = getattr(held[0], "close", None) if held else None
+                if close is not None:
+                    try:
+                        close()
+                    except Exception:  # noqa: BLE001 (its error, if any, was already sent)
+                        pass
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+                except RuntimeError:  # loop closed: nobody is listening any more
+                    pass
 
     if executor is not None:
         executor.submit(worker)

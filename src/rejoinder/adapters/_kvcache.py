@@ -129,6 +129,8 @@ class ConversationCache:
         self.base_key: str | None = None
         self._saved: OrderedDict[str, _Saved] = OrderedDict()
         self.stats = CacheStats()
+        #: keys of requests paused mid-generation: their saved states are never evicted
+        self.pinned: set[str] = set()
 
     def _bytes(self) -> int:
         return sum(s.size for s in self._saved.values())
@@ -152,12 +154,12 @@ class ConversationCache:
         self._saved.move_to_end(key)
         self.stats.saves += 1
         while self._bytes() > self.max_bytes and len(self._saved) > 1:
-            oldest = next(iter(self._saved))
-            if oldest == self.base_key:  # the warm start of every new call: kept while it fits
-                self._saved.move_to_end(oldest)
-                oldest = next(iter(self._saved))
-                if oldest == self.base_key:
-                    break
+            # the least recently used state that is neither the warm start of every new call
+            # (kept while it fits) nor a paused request's
+            oldest = next((k for k in self._saved if k != self.base_key and k not in self.pinned),
+                          None)
+            if oldest is None:
+                break
             del self._saved[oldest]
             self.stats.evictions += 1
 
@@ -199,6 +201,12 @@ class ConversationCache:
         self.owner = key
         self.stats.saved_bytes = self._bytes()
         self.stats.keys = list(self._saved)
+
+    def rename(self, old: str | None, new: str | None) -> None:
+        """The context, if ``old`` holds it now, is held under ``new`` from now on (its
+        state is saved under ``new`` when another key is activated)."""
+        if self.owner == old:
+            self.owner = new
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s saved state (the call ended)."""

@@ -32,6 +32,13 @@ __all__ = ["DEFAULT_SYSTEM", "DEFAULT_TOOL_PROMPT", "LlamaLLM", "RequestStats", 
            "smollm2_model_path"]
 
 
+#: Text deltas a reply streams before it steps aside, when other requests are waiting on the
+#: llama.cpp thread, and goes on behind them (round robin): a reply's audio lasts far longer
+#: than its tokens take (SmolLM2-135M ≈ 15 ms a token, speech ≈ 250 ms a token), so another
+#: call's tool decision or first words need not wait for the whole of it. With four calls at
+#: once, run to completion, the decision waited 2.4 / 4.8 s (p50/p95) behind other calls' replies
+#: (run ``20261204-084149-1ca4``).
+PAUSE_EVERY = 8
 #: The KV-state key of the warmed system turn (:meth:`LlamaLLM.warmup`).
 WARM_KEY = "warm:system"
 
@@ -167,7 +174,7 @@ class LlamaLLM:
                                  grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (a paused reply's cleanup may run on the same thread)
 
     def _embed(self, text: str) -> list[float]:
         """Last-token sentence embedding of ``text`` by the same GGUF (PromptEOL, see
@@ -281,7 +288,19 @@ class LlamaLLM:
         return model_thread("llama").submit(forget)
 
     def _generate(self, request: LLMRequest, stop: threading.Event) -> Iterator[LLMDelta]:
-        with self._lock:
+        """The request's deltas. The inference lock is let go at each delta handed out, so
+        that the llama.cpp thread may serve another request while this one is paused
+        (:meth:`stream`); on resuming, this conversation's KV state is put back first (its
+        saved state is pinned meanwhile, never evicted) and llama.cpp's generation goes on
+        from the same context."""
+        lock, key, gen = self._lock, request.cache_key, None
+        # while paused, the context is held under a key of this request alone: a request of
+        # the same conversation that runs meanwhile (the next turn's prefill) starts from its
+        # own state, never from this half-written one, and this one comes back to exactly its
+        # own (pinned: never evicted)
+        paused = None if key is None else f"{key}\x00paused {id(request):x}"
+        lock.acquire()
+        try:
             if stop.is_set():
                 return
             decision = None
@@ -289,8 +308,36 @@ class LlamaLLM:
                 gate = self.engine.gate_for(request.tools, request.talk_examples)
                 self.cache.activate(gate.key)
                 decision = self.engine.decide(request)
-            self.cache.activate(request.cache_key)
-            yield from self.engine.generate(request, stop, decision)
+            self.cache.activate(key)
+            gen = self.engine.generate(request, stop, decision)
+            for delta in gen:
+                if paused is None:
+                    yield delta
+                    continue
+                # what another request would replace: llama-cpp-python's sampler chain of this
+                # generation (its logits processors: the grammar) and the token counts
+                sampler, stats = self._llm._sampler, self.engine.last_stats
+                self.cache.rename(key, paused)
+                self.cache.pinned.add(paused)
+                lock.release()
+                try:
+                    yield delta
+                finally:  # resumed, or closed: either way the context is ours again
+                    lock.acquire()
+                    self.cache.pinned.discard(paused)
+                if self.cache.owner != paused:  # another request ran while this one was paused
+                    self.cache.activate(paused)
+                self.cache.rename(paused, key)
+                self._llm._sampler, self.engine.last_stats = sampler, stats
+        finally:
+            try:
+                if gen is not None:
+                    gen.close()
+            finally:
+                if paused is not None:  # closed while paused: the conversation's own again
+                    self.cache.rename(paused, key)
+                    self.cache.forget(paused)
+                lock.release()
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMDelta]:
         """Yield text deltas (``str``) of the assistant reply as tokens are sampled, and each tool
@@ -306,8 +353,18 @@ class LlamaLLM:
                 ``tool_choice`` names no declared tool, a tool call was cut by its token budget,
                 or the conversation no longer fits the context.
         """
+        text = [0]
+
+        def pause(delta: LLMDelta) -> bool:
+            """Every ``PAUSE_EVERY`` text deltas: step aside for waiting requests (a request
+            without a ``cache_key`` has no KV state to come back to: it runs to its end)."""
+            if not isinstance(delta, str) or request.cache_key is None:
+                return False
+            text[0] += 1
+            return text[0] % PAUSE_EVERY == 0
+
         async for delta in iterate_in_thread(lambda stop: self._generate(request, stop),
-                                             model_thread("llama")):
+                                             model_thread("llama"), pause=pause):
             yield delta
 
 
