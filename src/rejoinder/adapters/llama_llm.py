@@ -174,7 +174,7 @@ class LlamaLLM:
                                  grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
-        self._lock = threading.RLock()  # (a paused reply's cleanup may run on the same thread)
+        self._lock = threading.Lock()
 
     def _embed(self, text: str) -> list[float]:
         """Last-token sentence embedding of ``text`` by the same GGUF (PromptEOL, see
