@@ -72,12 +72,13 @@ async def main() -> None:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--model", default=None)
+    ap.add_argument("--every", type=int, default=8, help="PAUSE_EVERY of the pausing arm")
     a = ap.parse_args()
     llm = mod.LlamaLLM(a.model) if a.model else mod.LlamaLLM()
     tools = tuple(t.schema for t in agent.tools.values())
     await asyncio.to_thread(llm.warmup, INSTRUCTIONS, tools)
     await asyncio.to_thread(llm.warm_gate, tools, agent.llm.talk_examples)
-    every = mod.PAUSE_EVERY
+    every = a.every
     res: dict[str, tuple[list, list]] = {"run to end": ([], []), f"pause every {every}": ([], [])}
     for r in range(a.rounds):
         arms = list(res) if r % 2 == 0 else list(res)[::-1]
@@ -85,7 +86,7 @@ async def main() -> None:
             mod.PAUSE_EVERY = OFF if arm == "run to end" else every
             first, end = res[arm]
             await asyncio.gather(*(one_call(llm, i, a.turns, r, first, end) for i in range(a.calls)))
-    mod.PAUSE_EVERY = every
+    mod.PAUSE_EVERY = 0
     print(f"{a.calls} calls × {a.turns} turns × {a.rounds} rounds per arm ({llm.model_name})")
     for arm, (first, end) in res.items():
         print(f"  {arm:>16}: first item p50/p95 {statistics.median(first):6.0f} / "

@@ -1,5 +1,5 @@
 """A reply steps aside on the llama.cpp thread for waiting requests and goes on behind them
-(round robin, ``rejoinder.adapters.llama_llm.PAUSE_EVERY``): the thread's scheduling on plain
+(round robin, ``rejoinder.adapters.llama_llm.PAUSE_EVERY``, off by default): the thread's scheduling on plain
 Python iterators, then the real SmolLM2 adapter, whose interleaved replies must be exactly the
 replies it writes alone (KV state, sampler and grammar put back on resuming)."""
 
@@ -101,7 +101,7 @@ def _chat() -> LLMRequest:
     return LLMRequest(msgs, max_tokens=40, temperature=0.7, cache_key="pause-B")
 
 
-async def test_interleaved_replies_are_the_replies_written_alone(llama_llm):
+async def test_interleaved_replies_are_the_replies_written_alone(llama_llm, monkeypatch):
     """Reply A (grammar-constrained) pauses every few tokens for B (sampled at temperature
     0.7, seeded) and for the next turn's prefill of A's own conversation; each text is the one
     it writes alone, and B's first words come before A's last."""
@@ -110,6 +110,9 @@ async def test_interleaved_replies_are_the_replies_written_alone(llama_llm):
             await asyncio.wrap_future(llama_llm.forget(key))
         return "".join(d for d in [x async for x in llama_llm.stream(req)] if isinstance(d, str))
 
+    from rejoinder.adapters import llama_llm as mod
+
+    monkeypatch.setattr(mod, "PAUSE_EVERY", 8)  # (off by default: see its comment)
     a_alone, b_alone = await alone(_reading()), await alone(_chat())
     assert len(a_alone.split()) >= 6 and len(b_alone.split()) >= 6
     for key in ("pause-A", "pause-B"):

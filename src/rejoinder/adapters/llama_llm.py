@@ -33,12 +33,14 @@ __all__ = ["DEFAULT_SYSTEM", "DEFAULT_TOOL_PROMPT", "LlamaLLM", "RequestStats", 
 
 
 #: Text deltas a reply streams before it steps aside, when other requests are waiting on the
-#: llama.cpp thread, and goes on behind them (round robin): a reply's audio lasts far longer
-#: than its tokens take (SmolLM2-135M ≈ 15 ms a token, speech ≈ 250 ms a token), so another
-#: call's tool decision or first words need not wait for the whole of it. With four calls at
-#: once, run to completion, the decision waited 2.4 / 4.8 s (p50/p95) behind other calls' replies
-#: (run ``20261204-084149-1ca4``).
-PAUSE_EVERY = 8
+#: llama.cpp thread, and goes on behind them (round robin); 0: never (the default). A reply's
+#: audio lasts far longer than its tokens take, so another call's tool decision need not wait
+#: for the whole of it: on the LLM thread alone (bench/llm_queue.py, 4 calls) the wait for a
+#: request's first item fell from 1,370 / 3,935 to 702 / 1,428 ms (p50/p95) with 8. But in
+#: the voice pipeline at 4 calls task success fell from 91 to 74 of 124 reference and held-out
+#: calls (runs 20261204-124503-b3ca, 20261204-140233-b67b): a paused reply can run out of audio
+#: before it resumes. Off until pausing knows how much of the reply's audio is queued ahead.
+PAUSE_EVERY = 0
 #: The KV-state key of the warmed system turn (:meth:`LlamaLLM.warmup`).
 WARM_KEY = "warm:system"
 
@@ -358,7 +360,7 @@ class LlamaLLM:
         def pause(delta: LLMDelta) -> bool:
             """Every ``PAUSE_EVERY`` text deltas: step aside for waiting requests (a request
             without a ``cache_key`` has no KV state to come back to: it runs to its end)."""
-            if not isinstance(delta, str) or request.cache_key is None:
+            if not isinstance(delta, str) or request.cache_key is None or PAUSE_EVERY <= 0:
                 return False
             text[0] += 1
             return text[0] % PAUSE_EVERY == 0
