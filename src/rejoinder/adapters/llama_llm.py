@@ -300,7 +300,9 @@ class LlamaLLM:
         # the same conversation that runs meanwhile (the next turn's prefill) starts from its
         # own state, never from this half-written one, and this one comes back to exactly its
         # own (pinned: never evicted)
-        paused = None if key is None else f"{key}\x00paused {id(request):x}"
+        # (with round robin off, the lock is simply held across the yields, as before)
+        paused = (None if key is None or PAUSE_EVERY <= 0
+                  else f"{key}\x00paused {id(request):x}")
         lock.acquire()
         try:
             if stop.is_set():
