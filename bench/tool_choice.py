@@ -215,13 +215,14 @@ async def ask(agent, item: Item, key: str, **edits) -> LLMRequest:
 
 async def run_design(llm, base, name: str, items: list[Item]) -> dict:
     # "gate-labels": the gate's label ranking picks the tool (LlamaLLM tool_which="labels");
-    # plain "gate": the nearest tool example does (the default, rejoinder.adapters._which)
+    # plain "gate": the nearest tool example does (tool_which="examples", the default of models
+    # not in rejoinder.adapters._which.WHICH_BY_MODEL)
     # "gate-noveto": the nearest example picks the tool, but small talk does not compete there
     labels = name.endswith("-labels")
     llm.engine.talk_veto = not name.endswith("-noveto")
     mode, examples, schemas = parse_design(name.removesuffix("-labels").removesuffix("-noveto"))
     llm.tool_mode = mode
-    llm.engine.embed = None if labels else getattr(llm, "_embed", None)
+    llm.engine.which = "labels" if labels else "examples"
     agent = variant(base, EXAMPLES[examples], schemas)
     params = {t.name: t.schema.parameters for t in base.tools.values()}
     await warm(llm, agent)

@@ -117,3 +117,39 @@ def test_a_request_for_a_person_is_a_transfer_by_its_examples_and_grounded_label
     assert by_examples.which == "examples" and by_examples.chosen == "transfer_to_human"
     assert by_examples.margin == pytest.approx(by_labels.margin)  # whether: the same gate
     assert max(by_examples.similarity, key=by_examples.similarity.get) == "transfer_to_human"
+
+
+def test_the_model_s_measured_which_mode_is_its_default():
+    from rejoinder.adapters._which import default_which
+    assert default_which("qwen2.5-coder-1.5b-instruct-q4_k_m") == "labels"
+    assert default_which("SmolLM2-135M-Instruct.Q4_1") == "examples"
+    assert default_which("my-own-model.Q8_0") == "examples"
+
+
+def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_llm):
+    engine = llama_llm.engine
+    assert llama_llm.tool_which == "examples" and engine.which == "examples"  # SmolLM2's default
+    seen: list[str] = []
+    embed, which = engine.embed, engine.which
+
+    def counted(text: str):
+        seen.append(text)
+        return embed(text)
+    try:
+        engine.embed, engine.which = counted, "labels"
+        asked = engine.decide(_request("Is there a human I can speak to?"))
+        assert asked.chosen is not None and asked.which in ("labels", "grounding")
+        assert asked.similarity is None and seen == []  # no forward pass of the embedding
+        tools = tuple(t.schema for t in support.tools.values())
+        confirm = LLMRequest((ChatMessage("system", support.instructions),
+                              ChatMessage("user", "Please cancel my haircut."),
+                              ChatMessage("assistant", "Shall I cancel your haircut on Friday at 2 PM?"),
+                              ChatMessage("user", "Yes, go ahead and cancel it.")),
+                             tools=tools, temperature=0.0, max_tokens=24,
+                             allowed_tools=("cancel_appointment",), confirming="cancel_appointment",
+                             talk_examples=tuple(support.llm.talk_examples))
+        answered = engine.decide(confirm)
+    finally:
+        engine.embed, engine.which = embed, which
+    assert answered.which == "confirm" and answered.chosen == "cancel_appointment"
+    assert EMBED_TEMPLATE.format("Yes, go ahead and cancel it.") in seen

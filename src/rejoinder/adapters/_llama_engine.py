@@ -81,9 +81,11 @@ class ChatEngine:
       (:class:`._gate.LabelGate`: label likelihoods in a narrow few-shot prompt of the tools'
       examples, contextually calibrated) decides talk or call and which tool, against
       ``request.tool_threshold`` or, without one, ``tool_threshold`` (the model's calibration).
-      With ``embed`` (a sentence-embedding function of the same model), *which* tool is the
-      one whose example is nearest the caller's words (:mod:`._which`) when every allowed tool
-      has examples; otherwise the best label. With ``talk_veto`` (default on) the small-talk
+      With ``embed`` (a sentence-embedding function of the same model) and ``tool_which``
+      ``"examples"`` (default), *which* tool is the one whose example is nearest the caller's
+      words (:mod:`._which`) when every allowed tool has examples; otherwise (or with
+      ``"labels"``) the best label. A yes/no answer to a confirmation question is judged with
+      ``embed`` in both modes. With ``talk_veto`` (default on) the small-talk
       examples compete there too: when one lies nearer than every tool's, no tool is called.
       The decision is yielded first as a :class:`~rejoinder.ports.ToolDecision` (``decision``
       passes one made beforehand); then either the chosen tool's call is written under its
@@ -126,7 +128,7 @@ class ChatEngine:
                  chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
                  no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
                  talk_veto: bool = True, tools_in_prompt: bool | None = None,
-                 facts_first: bool = True) -> None:
+                 facts_first: bool = True, tool_which: str = "examples") -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -150,6 +152,10 @@ class ChatEngine:
         self.no_echo = no_echo
         self.grounded_replies = grounded_replies
         self.facts_first = facts_first
+        #: once the gate decides to call: "examples" (the nearest example in ``embed``'s
+        #: space, :mod:`._which`) or "labels" (the best label); a confirmation is answered with
+        #: ``embed`` either way
+        self.which = tool_which
         self.talk_veto = talk_veto
         self.tools_in_prompt = tools_in_prompt  # None: decided by the tool mode in use
         self.embed = embed
@@ -583,7 +589,7 @@ class ChatEngine:
     def matcher_for(self, tools: tuple[ToolSchema, ...],
                     talk_examples: tuple[str, ...] = ()) -> ExampleMatcher | None:
         """The nearest-example tool chooser of ``tools`` (None without ``embed`` or examples)."""
-        if self.embed is None or not any(t.examples for t in tools):
+        if self.embed is None or self.which == "labels" or not any(t.examples for t in tools):
             return None
         key = (tuple((t.name, t.examples) for t in tools), talk_examples)
         matcher = self._matchers.get(key)

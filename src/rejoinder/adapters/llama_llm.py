@@ -21,7 +21,7 @@ from ..errors import ConfigError, MissingExtra
 from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
 from ._kvcache import ConversationCache
 from ._chatformat import ChatFormat, format_for, read_gguf_metadata
-from ._which import WHICH_MODES
+from ._which import WHICH_MODES, default_which
 from ._gate import CALIBRATED
 from ._llama_engine import ChatEngine, RequestStats, llama_format
 from ._paths import model_file
@@ -100,9 +100,11 @@ class LlamaLLM:
         tool_threshold: the tool gate's threshold (default: the model's shipped calibration,
             :data:`._gate.CALIBRATED`; a request's ``tool_threshold`` — the agent's — wins).
         tool_which: once the gate decides to call, how it picks the tool: ``"examples"``
-            (default: the nearest tool example in the model's own sentence embeddings, from a
-            second, small llama.cpp context on the same file, :mod:`._which`) or ``"labels"``
-            (the best label of the gate's prompt).
+            (the nearest tool example in the model's own sentence embeddings, from a second,
+            small llama.cpp context on the same file, :mod:`._which`) or ``"labels"`` (the best
+            label of the gate's prompt). Default None: the model's measured mode
+            (:data:`._which.WHICH_BY_MODEL`: ``"labels"`` for Qwen2.5-Coder-1.5B), else
+            ``"examples"``. Confirmations are judged in the embeddings either way.
         grounded_replies: a reply after a tool result uses only the results' words, the
             caller's, the instructions' and common words (default True; :mod:`._grounded`).
         facts_first: with ``grounded_replies``, the first sentence of that reply holds the
@@ -140,13 +142,13 @@ class LlamaLLM:
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  cache_mb: int = 512, flash_attn: bool = False,
                  tool_threshold: float | None = None, chat_format: str = "auto",
-                 tool_which: str = "examples", grounded_replies: bool = True,
+                 tool_which: str | None = None, grounded_replies: bool = True,
                  facts_first: bool = True, tools_in_prompt: bool | None = None) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise MissingExtra("llama-cpp-python", "llama-cpp-python==0.3.36") from exc
-        if tool_which not in WHICH_MODES:
+        if tool_which is not None and tool_which not in WHICH_MODES:
             raise ConfigError(f"tool_which must be one of {', '.join(WHICH_MODES)}, "
                               f"not {tool_which!r}")
         self.model_path = Path(model_path).expanduser() if model_path else smollm2_model_path()
@@ -165,6 +167,7 @@ class LlamaLLM:
             threshold, source = CALIBRATED[self.model_name], "model"
         else:  # a user's GGUF before `rejoinder calibrate`: the decision is recorded as such
             threshold, source = 0.0, "uncalibrated"
+        self.tool_which = tool_which or default_which(self.model_name)
         self._n_threads = n_threads
         self._embedder: Any = None
         self.engine = ChatEngine(self._llm, seed=seed, tool_prompt=tool_prompt,
@@ -172,7 +175,7 @@ class LlamaLLM:
                                  max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
                                  tool_threshold=threshold, threshold_source=source,
                                  chat_format=llama_format(self._llm, chat_format),
-                                 embed=self._embed if tool_which == "examples" else None,
+                                 embed=self._embed, tool_which=self.tool_which,
                                  grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)

@@ -45,7 +45,8 @@ class LlamaOptions(BaseModel):
     seed: int = 0
     tool_mode: Literal["gate", "lazy", "eager"] = "gate"
     tool_threshold: float | None = None
-    tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
+    # how the gate picks the tool (_which); None: the model's measured mode, else "examples"
+    tool_which: Literal["examples", "labels"] | None = None
     grounded_replies: bool = True  # replies after a tool result stay on its words (_grounded)
     facts_first: bool = True  # …and their first sentence says the result's fact words (_grounded)
     tools_in_prompt: bool | None = None  # list the tools in the prompt (None: not in gate mode)
