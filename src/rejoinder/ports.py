@@ -123,7 +123,9 @@ class ToolDecision:
     best-scoring label; ``"examples"``: the nearest tool example,
     :mod:`rejoinder.adapters._which`), with ``similarity`` (cosine, per tool) for the latter;
     ``"grounding"``: the best label's tool needs an argument the caller did not say (an order
-    number), so the best-scoring tool that does not, or none: the agent talks)."""
+    number), so the best-scoring tool that does not, or none: the agent talks); ``"value"``: the
+    gate said talk, but the caller said nothing but the one typed argument of one tool (an order
+    number alone), which is called."""
 
     chosen: str | None
     scores: dict[str, float]

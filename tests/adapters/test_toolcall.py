@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rejoinder.adapters._toolcall import (DEFAULT_SYSTEM, TOOL_CALL_OPEN, SentinelScanner,
                                           argument_sources, call_grammar, check_tool_choice, choice_grammar,
-                                          flatten_result, grounded_values, json_complete, names_grammar, object_plan, parse_calls,
+                                          flatten_result, grounded_values, json_complete, value_alone, names_grammar, object_plan, parse_calls,
                                           render_prompt, tools_json, value_grammar)
 from rejoinder.ports import ChatMessage, PortError, ToolCall, ToolSchema
 
@@ -280,3 +280,31 @@ def test_a_required_argument_the_last_message_lacks_is_read_from_the_one_before(
     assert argument_sources(schema, "Okay.", before) == {"day": "Okay.", "time": "Okay.",
                                                          "service": "Okay."}
     assert argument_sources(schema, "4 pm", "") == {"day": "4 pm", "time": "4 pm", "service": "4 pm"}
+
+
+_OBJ = {"type": "object", "properties": {}}
+_LOOKUP = ToolSchema("lookup_order", "", {"type": "object", "properties": {"order_id": SPOKEN_ORDER},
+                                          "required": ["order_id"]})
+
+
+@pytest.mark.parametrize("said, tool", [
+    ("4, 2, 1, 7.", "lookup_order"),
+    ("  4217 ", "lookup_order"),
+    ("Four, two, one, seven.", "lookup_order"),      # digits the recogniser wrote as words
+    ("It's 4, 2, 1, 7.", None),                      # other words: the gate's decision stands
+    ("8, 1, 4.", None),                              # three digits: no order number
+    ("4217, 4271.", None),                           # two values: which one is not for us
+    ("", None),
+])
+def test_a_tool_is_called_on_its_one_typed_argument_said_alone(said, tool):
+    tools = (_LOOKUP, ToolSchema("list_appointments", "", _OBJ))
+    assert value_alone(tools, said) == tool
+
+
+def test_no_value_alone_when_two_tools_take_the_same_value_or_one_needs_two():
+    twin = ToolSchema("track_parcel", "", _LOOKUP.parameters)
+    assert value_alone((_LOOKUP, twin), "4, 2, 1, 7.") is None
+    two = ToolSchema("move", "", {"type": "object", "required": ["order_id", "day"],
+                                  "properties": {"order_id": SPOKEN_ORDER,
+                                                 "day": {"type": "string", "enum": ["Monday"]}}})
+    assert value_alone((two,), "4217") is None

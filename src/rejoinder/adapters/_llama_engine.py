@@ -32,7 +32,7 @@ from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, argument_sources, call_grammar, check_tool_choice,
                         groundable, grounded_values, json_complete, names_grammar, object_plan,
-                        value_grammar)
+                        value_alone, value_grammar)
 
 TOOL_MODES = ("gate", "lazy", "eager")
 
@@ -551,6 +551,9 @@ class ChatEngine:
             rank = sims or scores.tools
             chosen = max(said_all, key=lambda n: rank.get(n, -math.inf)) if said_all else None
             which = "grounding"
+        if chosen is None and self.ground_arguments:  # a bare order number is its lookup
+            alone = value_alone(request.callable_tools(), self._caller_said(request))
+            chosen, which = (alone, "value") if alone is not None else (None, which)
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims)
 

@@ -301,6 +301,30 @@ def groundable(schema: dict[str, Any]) -> bool:
                                               for v in schema.get("enum") or ())
 
 
+def value_alone(tools: Sequence[ToolSchema], said: str) -> str | None:
+    """The one tool of ``tools`` whose only required typed argument (a ``pattern``) is all the
+    caller said (``"4, 2, 1, 7."``, ``"four two one seven"``; punctuation aside), or None (no
+    such tool, or more than one). The answer to "what's the order number?" is often the number
+    alone, and the agent's instructions say a number alone is an order number; the tool gate
+    of Qwen2.5-Coder-1.5B put the margin of a bare "4, 2, 1, 7." under its threshold (4.35 <
+    4.77, reference scenario ``order-digits-real``, 2026-12-04)."""
+    if not said.strip():
+        return None
+    versions = (said, _DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], said))
+    found = []
+    for t in tools:
+        params = t.parameters or {}
+        props = params.get("properties") or {}
+        required = list(params.get("required") or ())
+        if len(required) != 1 or not (props.get(required[0]) or {}).get("pattern"):
+            continue
+        schema = props[required[0]]
+        if any(not re.sub(r"[\W_]+", "", text.replace(span, "", 1))
+               for text in versions for span in grounded_values(schema, text)):
+            found.append(t.name)
+    return found[0] if len(found) == 1 else None
+
+
 def argument_sources(schema: dict[str, Any], said: str, before: str = "") -> dict[str, str]:
     """Per groundable property of a tool's parameter ``schema``, the caller's words its value
     is read from (:func:`grounded_values`): ``said``, the caller's last message; for a required
