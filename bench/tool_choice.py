@@ -330,10 +330,12 @@ async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
 
 
 async def main(designs: list[str], agent_spec: str | None, limit: int | None,
-               cost_rounds: int, model: str | None = None, chat_format: str = "auto") -> dict:
+               cost_rounds: int, model: str | None = None, chat_format: str = "auto",
+               embed_model: str | None = None) -> dict:
     base = agent_for(agent_spec)
     items = ITEMS[:limit] if limit else ITEMS
-    llm = make_llm(**({"model_path": model, "chat_format": chat_format} if model else {}))
+    llm = make_llm(**({"model_path": model, "chat_format": chat_format} if model else {}),
+                   **({"embed_model": embed_model} if embed_model else {}))
     from rejoinder.adapters.registry import file_sha256
     model_info = {"model": llm.model_name, "chat_format": llm.format.name,
                   "sha256": file_sha256(llm.model_path)}
@@ -358,6 +360,9 @@ if __name__ == "__main__":
                     help="a local GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     ap.add_argument("--chat-format", default="auto",
                     help="auto (from the GGUF's metadata) | smollm2 | hermes | llama3")
+    ap.add_argument("--embed-model", default=None,
+                    help="the GGUF whose embeddings choose the tool (default: --model itself; "
+                         "'smollm2': the bundled SmolLM2-135M)")
     ap.add_argument("--limit", type=int, default=None, help="first N items only (smoke run)")
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="rounds of the none/lazy/eager first-delta comparison (0: skip)")
@@ -369,7 +374,11 @@ if __name__ == "__main__":
             parse_design(d.removesuffix("-labels").removesuffix("-noveto"))
     except ValueError as exc:
         sys.exit(str(exc))
-    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format))
+    embed = a.embed_model
+    if embed == "smollm2":
+        from rejoinder.adapters.llama_llm import smollm2_model_path
+        embed = str(smollm2_model_path())
+    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format, embed))
     if a.json:
         print(json.dumps(out, indent=2))
     else:

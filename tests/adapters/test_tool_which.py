@@ -119,13 +119,6 @@ def test_a_request_for_a_person_is_a_transfer_by_its_examples_and_grounded_label
     assert max(by_examples.similarity, key=by_examples.similarity.get) == "transfer_to_human"
 
 
-def test_the_model_s_measured_which_mode_is_its_default():
-    from rejoinder.adapters._which import default_which
-    assert default_which("qwen2.5-coder-1.5b-instruct-q4_k_m") == "labels"
-    assert default_which("SmolLM2-135M-Instruct.Q4_1") == "examples"
-    assert default_which("my-own-model.Q8_0") == "examples"
-
-
 def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_llm):
     engine = llama_llm.engine
     assert llama_llm.tool_which == "examples" and engine.which == "examples"  # SmolLM2's default
@@ -153,3 +146,19 @@ def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_
         engine.embed, engine.which = embed, which
     assert answered.which == "confirm" and answered.chosen == "cancel_appointment"
     assert EMBED_TEMPLATE.format("Yes, go ahead and cancel it.") in seen
+
+
+def test_the_embeddings_may_come_from_another_gguf(tmp_path):
+    from rejoinder.adapters.llama_llm import LlamaLLM, smollm2_model_path
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(ConfigError, match="nope.gguf"):
+        LlamaLLM(embed_model=missing)
+    other = tmp_path / "other.gguf"  # another file name for the same weights
+    other.symlink_to(smollm2_model_path())
+    llm = LlamaLLM(embed_model=str(other), n_ctx=512)
+    assert llm.model_path == smollm2_model_path() and llm.embed_path == other
+    assert llm._embedder is None  # opened on first use
+    v = np.asarray(llm._embed(EMBED_TEMPLATE.format("Where is my order?")))
+    assert v.ndim == 1 and v.size == llm._embedder.n_embd() and np.isfinite(v).all()
+    assert llm._embedder.model_path == str(other)
+    assert LlamaLLM(n_ctx=512).embed_path == smollm2_model_path()  # default: the chat model

@@ -38,22 +38,6 @@ import numpy as np
 from ..ports import ToolSchema
 
 WHICH_MODES = ("examples", "labels")
-#: How models that rejoinder has measured pick the tool once the gate calls (model file stem →
-#: mode); any other model: ``"examples"``. Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the file
-#: ``bench/qwen_gguf.py 1.5b`` assembles) reads its own labels well and its embedding pass is
-#: slow: on the 38 items of ``bench/tool_choice.py`` (temperature 0, 2026-12-04, one run beside
-#: the test suite) right tool 100 % by its labels against 93.1 % by the nearest example, small
-#: talk 88.9 % no call both ways, and the time to a call p50 628 against 1,765 ms, most of the
-#: difference the embedding: a forward pass of the 1.5B model over the caller's words.
-#: SmolLM2-135M keeps ``"examples"``: right tool 93.1 against 86.2 % by its labels (same bench,
-#: 2026-12-02).
-WHICH_BY_MODEL: dict[str, str] = {"qwen2.5-coder-1.5b-instruct-q4_k_m": "labels"}
-
-
-def default_which(model_name: str) -> str:
-    """The ``tool_which`` of the model file stem ``model_name`` (:data:`WHICH_BY_MODEL`, else
-    ``"examples"``)."""
-    return WHICH_BY_MODEL.get(model_name, "examples")
 #: PromptEOL's template (Jiang et al. 2023); the embedding is the last token's hidden state
 EMBED_TEMPLATE = 'This sentence : "{}" means in one word:"'
 #: Answers to a confirmation question ("shall I cancel your haircut …?"), yes and no: the

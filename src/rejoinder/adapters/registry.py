@@ -45,11 +45,11 @@ class LlamaOptions(BaseModel):
     seed: int = 0
     tool_mode: Literal["gate", "lazy", "eager"] = "gate"
     tool_threshold: float | None = None
-    # how the gate picks the tool (_which); None: the model's measured mode, else "examples"
-    tool_which: Literal["examples", "labels"] | None = None
+    tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
     grounded_replies: bool = True  # replies after a tool result stay on its words (_grounded)
     facts_first: bool = True  # …and their first sentence says the result's fact words (_grounded)
     tools_in_prompt: bool | None = None  # list the tools in the prompt (None: not in gate mode)
+    embed_model: str | None = None  # GGUF of the tool chooser's embeddings (None: model_path)
     max_tool_calls: int = Field(1, ge=1)
     tool_call_tokens: int = Field(128, ge=16)
     cache_mb: int = Field(512, ge=0)
@@ -328,12 +328,16 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
         folder = _cls("whisper_stt", "prepare_whisper_model")()
         return "whisper-base (CTranslate2 int8)", [folder / "model.bin"], "MIT"
     if kind == "llm" and name in LLAMA_ADAPTERS:
+        # the chat model's GGUF, then the tool chooser's embedding GGUF when it is another file
+        p = (Path(cfg.llama.model_path).expanduser() if cfg.llama.model_path
+             else _cls("llama_llm", "smollm2_model_path")())
+        emb = (Path(cfg.llama.embed_model).expanduser() if cfg.llama.embed_model
+               else _cls("llama_llm", "_default_embed_model")(p))
+        files = [p] + ([emb] if emb.resolve() != p.resolve() else [])
         if not cfg.llama.model_path:
-            p = _cls("llama_llm", "smollm2_model_path")()
-            return p.stem, [p], "Apache-2.0"
-        p = Path(cfg.llama.model_path).expanduser()
+            return p.stem, files, "Apache-2.0"
         meta = _cls("_chatformat", "read_gguf_metadata")(p)
-        return p.stem, [p], str(meta.get("general.license") or "unknown (the user's own GGUF)")
+        return p.stem, files, str(meta.get("general.license") or "unknown (the user's own GGUF)")
     if kind == "llm" and name == "openai":
         model = cfg.openai.model or os.environ.get("REJOINDER_LLM_MODEL") or "default"
         return f"openai-compatible:{model}", [], "server's"
