@@ -81,7 +81,7 @@ class ChatEngine:
       (:class:`._gate.LabelGate`: label likelihoods in a narrow few-shot prompt of the tools'
       examples, contextually calibrated) decides talk or call and which tool, against
       ``request.tool_threshold`` or, without one, ``tool_threshold`` (the model's calibration).
-      With ``embed`` (a sentence-embedding function of the same model) and ``tool_which``
+      With ``embed`` (a sentence-embedding function, of ``embed_model``) and ``tool_which``
       ``"examples"`` (default), *which* tool is the one whose example is nearest the caller's
       words (:mod:`._which`) when every allowed tool has examples; otherwise (or with
       ``"labels"``) the best label. A yes/no answer to a confirmation question is judged with
@@ -553,7 +553,8 @@ class ChatEngine:
             which = "grounding"
         if chosen is None and self.ground_arguments:  # a bare order number is its lookup
             alone = value_alone(request.callable_tools(), self._caller_said(request))
-            chosen, which = (alone, "value") if alone is not None else (None, which)
+            if alone is not None:
+                chosen, which = alone, "value"
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims)
 

@@ -1,14 +1,14 @@
-"""*Which* tool, once the gate has decided to call one: the nearest tool example in the model's
-own sentence-embedding space.
+"""*Which* tool, once the gate has decided to call one: the nearest tool example in a sentence-
+embedding space (by default the bundled SmolLM2-135M's, whatever the chat model).
 
 The label gate (:mod:`._gate`) decides *whether* to call well (its margin is calibrated), but a
 135M model's label likelihoods tell the tools apart poorly: on SmolLM2-135M the support agent's
 "Can I talk to a human?" scores ``reschedule appointment`` above ``transfer to human``, and its
 own calibration examples are labelled right 35 % of the time leave-one-out. The tools'
-``examples`` carry the distinction more directly: each caller message is embedded by the same
-GGUF (a second llama.cpp context with ``embedding=True``), the embeddings are centred on the
-mean of every example (tools' and small talk's, which removes the direction all short
-utterances share) and the tool whose closest example has the highest cosine similarity is
+``examples`` carry the distinction more directly: each caller message is embedded by a GGUF
+(``embed_model``: a second llama.cpp context with ``embedding=True``), the embeddings are
+centred on the mean of every example (tools' and small talk's, which removes the direction all
+short utterances share) and the tool whose closest example has the highest cosine similarity is
 called (a nearest-neighbour few-shot classifier; cf. prototype and k-NN classification over
 pretrained sentence representations, e.g. Snell et al., "Prototypical Networks for Few-shot
 Learning", NeurIPS 2017).

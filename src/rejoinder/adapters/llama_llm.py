@@ -109,8 +109,8 @@ class LlamaLLM:
         tool_threshold: the tool gate's threshold (default: the model's shipped calibration,
             :data:`._gate.CALIBRATED`; a request's ``tool_threshold`` — the agent's — wins).
         tool_which: once the gate decides to call, how it picks the tool: ``"examples"``
-            (default: the nearest tool example in the model's own sentence embeddings, from a second,
-            small llama.cpp context on the same file, :mod:`._which`) or ``"labels"`` (the best
+            (default: the nearest tool example in ``embed_model``'s sentence embeddings, from
+            a second, small llama.cpp context, :mod:`._which`) or ``"labels"`` (the best
             label of the gate's prompt). Confirmations are judged in the embeddings either way:
             with ``"labels"`` small talk no longer competes with the tools (Qwen2.5-Coder-1.5B
             by its labels called ``end_call`` on "Thank you." after an answer, 2026-12-04).
@@ -205,8 +205,8 @@ class LlamaLLM:
     def _embed(self, text: str) -> list[float]:
         """Last-token sentence embedding of ``text`` by ``embed_model`` (PromptEOL, see
         :mod:`._which`, which fills in the template; blocking; the second
-        context is opened on first use: weights are memory-mapped, so the file's pages are
-        shared with the chat context)."""
+        context is opened on first use; its weights are memory-mapped, so when ``embed_model`` is
+        the chat model's own file its pages are shared with the chat context)."""
         if self._embedder is None:
             from llama_cpp import LLAMA_POOLING_TYPE_LAST, Llama
             from llama_cpp._utils import suppress_stdout_stderr
