@@ -91,6 +91,62 @@ async def test_a_reopened_turn_decides_a_reversible_call_again_on_the_whole_turn
     assert res.context[1].tool_calls[0].arguments["text"] == whole
 
 
+class CallsByWords(ScriptedLLM):
+    """Calls the tool its ``by_words`` maps the caller's last words to (else it speaks)."""
+
+    by_words: dict = {}
+
+    async def stream(self, request):
+        last = request.messages[-1]
+        self.calls = self.by_words.get(last.content, []) if last.role == "user" else []
+        async for d in super().stream(request):
+            yield d
+
+
+@pytest.mark.parametrize("first_call", ["end_call", "cancel_order"])
+async def test_a_reopened_turn_decides_again_after_a_hang_up_or_a_question_that_did_nothing(first_call):
+    """The first pause's words went to ``end_call`` (a hang-up asked for) or to a cancel that
+    must be confirmed first (only its question written); the caller went on and gave an order
+    number. Neither did anything — the reopen cancels the hang-up, and the question was never
+    heard — so the turn's next draft decides on the whole turn's words (a lookup) instead of
+    reading the dropped call's result, and no question is left waiting for a yes."""
+    from rejoinder.calltools import end_call
+
+    clock = VirtualClock()
+    log = ToolLog()
+    first, whole = "Morning.", "Morning. Order 8 8 1 4, please."
+
+    @tool(confirm=lambda order_id, text="": f"shall I cancel order {order_id}?")
+    async def cancel_order(order_id: str, text: str = "") -> dict:
+        """Cancel an order."""
+        log.executed.append(text)
+        return {"cancelled": order_id}
+
+    agent = Agent("You are a test agent.", tools=[
+        scripted_agent(log).tools["lookup_order"], cancel_order, end_call()])
+    stack = make_stack(clock, [first, whole])
+    stack.llm = CallsByWords(clock, ["Order", " 8814", " has", " shipped."])
+    stack.llm.by_words = {first: [ToolCall("", first_call, {} if first_call == "end_call"
+                                           else {"order_id": "8814", "text": "{user}"})],
+                          whole: lookup()}
+    stack.llm.ttft_ms = 300.0
+    stack.tts.ttfb_ms = 400.0  # the caller goes on before the first reply is audible
+    bus, events = recording_bus()
+    pcm = np.concatenate([tone(600), silence(800), tone(400)])
+    res = await run_call([turn(pcm)], stack, agent, clock=clock, tail_ms=2500, bus=bus)
+    assert any(isinstance(e, TurnDecision) and e.reason == "reopen" for e in events)
+    assert res.hangup is None and res.error is None
+    assert log.executed == [whole]  # the lookup, on the whole turn; nothing cancelled
+    [rec] = res.turns
+    assert [t["name"] for t in rec.tools] == [first_call, "lookup_order"]
+    # the context holds the lookup on the whole turn only: the dropped call is not told
+    assert [m.role for m in res.context] == ["user", "assistant", "tool", "assistant"]
+    assert res.context[0].content == whole
+    assert res.context[1].tool_calls[0].name == "lookup_order"
+    # the next request of the call is no answer to a confirmation question
+    assert all(r.confirming is None for r in stack.llm.requests)
+
+
 # --- kind 2: a tool that outlives an interrupted reply ------------------------------------------
 async def test_a_tool_still_running_at_barge_in_reaches_the_context_when_it_ends():
     clock = VirtualClock()

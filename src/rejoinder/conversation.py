@@ -169,6 +169,13 @@ class Conversation:
         asked = self._asked.pop(name, None)
         return asked[1] if asked is not None and asked[0] < turn_id else None
 
+    def withdraw_question(self, name: str, turn_id: int) -> None:
+        """Forget the confirmation question about ``name`` that turn ``turn_id``'s reply was to
+        ask (that reply was dropped unheard: the turn reopened)."""
+        asked = self._asked.get(name)
+        if asked is not None and asked[0] == turn_id:
+            del self._asked[name]
+
     def new_call_id(self) -> str:
         return f"call_{next(self._ids)}"
 

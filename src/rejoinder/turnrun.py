@@ -31,7 +31,8 @@ Invariants:
   and it is cleared when discarded or when the reply speaking it is finished;
 * ``done_runs`` holds the irreversible tool runs of confirmed drafts dropped when the turn
   *reopened* (the caller went on talking after the commit; their reversible runs are compensated
-  and decided again on the whole turn): work that really ran, so the turn's next draft
+  and decided again on the whole turn, and so are a held call's question and a requested
+  hang-up or transfer, which did nothing): work that really ran, so the turn's next draft
   starts from it (its ``prior``, :class:`rejoinder.respond.Draft`) — its results are given to
   the LLM, they enter the context once, and an irreversible call with the same name and
   arguments is answered from them, never run again. A dropped *tentative*
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .conversation import undo_runs
+from .flow import HangUp, Transfer
 from .speculation import same_request
 
 if TYPE_CHECKING:
@@ -170,7 +172,16 @@ class TurnRun:
         # turn; irreversible work (and a run that moved the conversation) is kept, never redone
         redo = [r for r in runs if _redoable(conv, r)]
         await undo_runs(conv, self.turn_id, redo)
-        self.done_runs.extend(r for r in runs if r not in redo and r not in self.done_runs)
+        # a question not yet asked (a held call) and a hang-up or transfer that the reopen
+        # cancelled did nothing: they are decided again on the whole turn too, never "kept"
+        # (a 135M gate's end_call on "Mourning", a cancel asked on the first clause of "Which
+        # day did my grinder get dropped off. … Three, three, eight, eight.": 2026-12-04)
+        unmade = [r for r in runs if conv is not None and _unmade(r)]
+        for run in unmade:
+            if run.held:
+                conv.withdraw_question(run.call.name, self.turn_id)
+        self.done_runs.extend(r for r in runs if r not in redo and r not in unmade
+                              and r not in self.done_runs)
 
     def earlier_run(self, name: str, arguments: dict[str, Any]) -> ToolRun | None:
         """A finished run of tool ``name`` with ``arguments`` from a dropped draft of this turn."""
@@ -253,6 +264,14 @@ class TurnRuns:
 
     def __contains__(self, turn_id: object) -> bool:
         return turn_id in self._runs
+
+
+def _unmade(run: ToolRun) -> bool:
+    """A confirmed run that left nothing behind once its draft was dropped: a held call (only
+    its confirmation question was written, and that reply is not heard) or the end of the call
+    it asked for (a hang-up or transfer happens after the reply has played, and a reopened
+    turn cancels it: :meth:`rejoinder.ending.CallEnder.reply_done`)."""
+    return run.held or isinstance(run.control, (HangUp, Transfer))
 
 
 def _redoable(conv: Conversation | None, run: ToolRun) -> bool:

@@ -71,6 +71,33 @@ def test_a_tool_in_another_turn_does_not_count():
     assert v.causes == ["no tool"]
 
 
+def test_a_tool_run_in_a_false_cut_off_counts_for_the_caller_turn_being_spoken():
+    """The turn was decided while the caller was still reading the number (a false cut-off);
+    it looked the order up, and the caller's last words got the answer. The lookup was made on
+    this caller turn's words, so it counts for it; the cut-off turn's words do not."""
+    sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {
+        "tools": [{"name": "lookup_order", "args": {"order_id": "2459"}}],
+        "reply_contains": ["processing"]}}])
+    truth = [(0, 500.0, 4000.0)]
+    turns = [rec(1, 1200, cut=1300, said="the order number is"),
+             rec(2, 2600, cut=2700, said="2, 4, 5, 9.", heard="processing",
+                 tools=[("lookup_order", {"order_id": "2459"})]),
+             rec(3, 4300, pb=4700, said="When will it get here?", heard="It is still processing.")]
+    v = evaluate(sc, result(turns), truth)
+    assert v.success, v.failures
+    # the cut-off turn's words are no answer: without the last turn's reply it fails
+    v = evaluate(sc, result(turns[:2] + [rec(3, 4300, pb=4700, heard="Sorry?")]), truth)
+    assert v.failures == ["caller turn 1: the caller did not hear 'processing' (heard: 'sorry')"]
+    # a tool it must not run counts against this caller turn too
+    sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {"no_tools": True}}])
+    v = evaluate(sc, result(turns), truth)
+    assert not v.success and v.causes == ["unexpected tool"]
+    # a turn decided after the caller turn ended stays that turn's (owners), cut off or not
+    late = [rec(1, 4200, cut=4500, tools=[("lookup_order", {"order_id": "2459"})])]
+    assert evaluate(scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {"no_tools": True}}]),
+                    result(late), truth).causes == ["unexpected tool"]
+
+
 def test_each_failure_is_attributed_to_its_cause():
     sc = scenario(turns=[{"audio": [{"silence_ms": 1}], "expect": {
         "tools": [{"name": "lookup_order", "args": {"order_id": "4217"}}],

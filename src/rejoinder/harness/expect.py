@@ -105,6 +105,25 @@ def owners(turns: list, truth: list[tuple[int, float, float]],
     return out
 
 
+def cut_off_within(turns: list, truth: list[tuple[int, float, float]]) -> dict[int, int]:
+    """Agent turn id → index of the caller turn *during* which it was decided, for turns the
+    caller talked on through (status ``interrupted``, end of turn decided between that caller
+    turn's first and last voiced sample: a false cut-off). What such a turn did — the tools it
+    ran and kept — was done on that caller turn's words, so the tool checks of that caller turn
+    count it; its words, if any were heard, were said over the caller and do not count as the
+    answer to any caller turn. (``owners`` would give them to the caller turn before, or none.)"""
+    out: dict[int, int] = {}
+    for r in turns:
+        eot = r.stamps.get("eot_decided")
+        if eot is None or r.status != "interrupted" or r.initiated:
+            continue
+        for idx, start, end in truth:
+            if start <= eot < end:
+                out[r.turn_id] = idx
+                break
+    return out
+
+
 def _playing_at(cues: list[dict], t_ms: float) -> int | None:
     """Index of the caller turn whose cue came last before ``t_ms`` (None before the first)."""
     started = [c for c in cues if c["at_ms"] <= t_ms]
@@ -159,20 +178,23 @@ def evaluate(sc: Scenario, result: Any, truth: list[tuple[int, float, float]],
         fails.append(text)
     turns = list(result.turns)
     own = owned if owned is not None else owners(turns, truth, cues)
+    within = cut_off_within(turns, truth) if owned is None else {}
     cue_at = {c["turn"]: c for c in cues or []}
     checks += 1
     if result.error:
         fail("call failed", f"the call failed: {result.error}")
     for i, spec in enumerate(sc.turns):
         ex = spec.expect
-        mine = [r for r in turns if own.get(r.turn_id) == i]
+        mine = [r for r in turns if own.get(r.turn_id) == i and r.turn_id not in within]
+        cut = [r for r in turns if within.get(r.turn_id) == i]
         label = f"caller turn {i + 1}"
         cue = cue_at.get(i)
         if cue is not None and cue.get("missed") and spec.barge_in_ms is not None:
             checks += 1
             fail("timeout", f"{label}: the agent never spoke, so the scripted barge-in could not happen")
-        calls = [t for r in mine for t in r.tools if not t.get("compensated") and not t.get("held")]
-        transcript = " ".join(r.transcript for r in mine)
+        calls = [t for r in (*cut, *mine) for t in r.tools
+                 if not t.get("compensated") and not t.get("held")]
+        transcript = " ".join(r.transcript for r in (*cut, *mine))
         tool_ok = True
         if ex.tools and not see_tools:
             skipped.append(f"{label}: tool calls (the agent does not report them)")
