@@ -125,7 +125,9 @@ class ToolDecision:
     ``"grounding"``: the best label's tool needs an argument the caller did not say (an order
     number), so the best-scoring tool that does not, or none: the agent talks); ``"value"``: the
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
-    number alone), which is called."""
+    number alone), which is called. ``ask_for``: when the agent talks because the best tool's
+    typed arguments were not said, how those arguments are named ("order number"): the reply
+    is then one question for them (:mod:`rejoinder.adapters._ask`)."""
 
     chosen: str | None
     scores: dict[str, float]
@@ -134,6 +136,7 @@ class ToolDecision:
     source: str = "model"
     which: str = "labels"
     similarity: dict[str, float] | None = None
+    ask_for: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out = {"chosen": self.chosen, "margin": round(self.margin, 3),
@@ -141,6 +144,8 @@ class ToolDecision:
                "scores": {k: round(v, 3) for k, v in self.scores.items()}, "which": self.which}
         if self.similarity is not None:
             out["similarity"] = {k: round(v, 3) for k, v in self.similarity.items()}
+        if self.ask_for:
+            out["ask_for"] = list(self.ask_for)
         return out
 
 

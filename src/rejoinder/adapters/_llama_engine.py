@@ -21,13 +21,15 @@ from typing import Any, Iterator
 
 from .._threads import CORES
 from ..errors import ConfigError
-from ..ports import LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision, ToolSchema
+from ..ports import (ChatMessage, LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision,
+                     ToolSchema)
 from ._chatformat import ChatFormat, format_for
 from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
 from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
+from ._ask import QUESTION_GRAMMAR, ask_note, missing_arguments
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, argument_sources, call_grammar, check_tool_choice,
@@ -107,7 +109,10 @@ class ChatEngine:
     (:func:`._toolcall.grounded_values`; a self-repair follows what it corrects), otherwise it
     is sampled under the schema. A text reply to the caller may not end as a copy of the caller's words
     (``no_echo``, default on, :mod:`._echo`): sampling resumes with the end masked
-    (``RequestStats.echo_resumed``). A text reply after a tool result is *grounded*
+    (``RequestStats.echo_resumed``). When the gate talks because its tool's typed argument
+    was not said (an order number), the reply is one question for it (``ask_missing``, default
+    on: a note of what is missing and a question grammar, :mod:`._ask`;
+    ``ToolDecision.ask_for``). A text reply after a tool result is *grounded*
     (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
     results' words and values, the caller's, the instructions' (no digits) and common words, so
     its numbers and dates come from the results, and (``facts_first``, default on) its first
@@ -128,7 +133,8 @@ class ChatEngine:
                  chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
                  no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
                  talk_veto: bool = True, tools_in_prompt: bool | None = None,
-                 facts_first: bool = True, tool_which: str = "examples") -> None:
+                 facts_first: bool = True, tool_which: str = "examples",
+                 ask_missing: bool = True) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -152,6 +158,7 @@ class ChatEngine:
         self.no_echo = no_echo
         self.grounded_replies = grounded_replies
         self.facts_first = facts_first
+        self.ask_missing = ask_missing
         #: once the gate decides to call: "examples" (the nearest example in ``embed``'s
         #: space, :mod:`._which`) or "labels" (the best label); a confirmation is answered with
         #: ``embed`` either way
@@ -448,10 +455,12 @@ class ChatEngine:
         return self._grammar(reply_grammar(words, phrases, opens, facts=facts))
 
     def _text(self, prompt: str, request: LLMRequest, stop: threading.Event, *,
-              opener: str | None, first: bool, echo_of: str = "") -> Iterator[LLMDelta]:
+              opener: str | None, first: bool, echo_of: str = "",
+              grammar: str | None = None) -> Iterator[LLMDelta]:
         """Stream text after ``prompt``. ``opener="call"``: the call opener switches to the call
-        grammar; ``"stop"``: it ends the reply; None: it is plain text."""
-        grammar = self._reply_grammar(request, opener)
+        grammar; ``"stop"``: it ends the reply; None: it is plain text. ``grammar`` (GBNF)
+        replaces the reply's own (:meth:`_reply_grammar`)."""
+        grammar = self._grammar(grammar) if grammar else self._reply_grammar(request, opener)
         call_open = self.format.call_open
         openers = (call_open, *self.format.alt_opens)
         scanner = SentinelScanner((openers if opener else ()) + tuple(request.stop))
@@ -529,6 +538,7 @@ class ChatEngine:
         else:
             threshold, source = self.tool_threshold, self.threshold_source
         chosen, which, sims = scores.chosen(threshold), "labels", None
+        vetoed: str | None = None  # the tool the caller's words lacked an argument of
         matcher = self.matcher_for(request.tools, request.talk_examples)
         if chosen is not None and request.confirming is not None and self.embed is not None:
             # a yes/no answer to the tool's question: the margin and the nearer of the yes and
@@ -544,19 +554,26 @@ class ChatEngine:
             chosen, which = (None if TALK in sims and picked is None else picked or chosen), "examples"
         elif chosen is not None and grounding.get(chosen) is False:
             ok = [n for n in cands if grounding.get(n) is not False]
-            chosen, which = (max(ok, key=scores.tools.__getitem__) if ok else None), "grounding"
+            best = max(ok, key=scores.tools.__getitem__) if ok else None
+            vetoed, chosen, which = (chosen if best is None else None), best, "grounding"
         if chosen is not None and grounding.get(chosen) is False:
             # its argument was not said: a tool whose typed arguments were said instead (the
             # nearest), else talk and so ask for it
             rank = sims or scores.tools
+            vetoed = None if said_all else chosen
             chosen = max(said_all, key=lambda n: rank.get(n, -math.inf)) if said_all else None
             which = "grounding"
         if chosen is None and self.ground_arguments:  # a bare order number is its lookup
             alone = value_alone(request.callable_tools(), self._caller_said(request))
             if alone is not None:
                 chosen, which = alone, "value"
+        ask: tuple[str, ...] = ()
+        if chosen is None and vetoed is not None and self.ask_missing:  # a question for it
+            tool = next(t for t in request.tools if t.name == vetoed)
+            ask = missing_arguments(tool.parameters, self._caller_said(request),
+                                    self._caller_before(request))
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
-                            threshold, source, which, sims)
+                            threshold, source, which, sims, ask)
 
     def confirm_matcher(self, tool: str) -> ExampleMatcher:
         """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of
@@ -643,6 +660,11 @@ class ChatEngine:
                     head = self._tokens(prompt + self.format.call_open)
                     forced = replace(request, tool_choice=decision.chosen)
                     yield from self._calls(head, forced, stop, False, True) or ()
+                elif decision.ask_for:  # a typed argument is missing: one question for it
+                    asked = replace(request, messages=(
+                        *request.messages, ChatMessage("system", ask_note(decision.ask_for))))
+                    yield from self._text(self.prompt(asked), request, stop, opener="stop",
+                                          first=True, echo_of=echo, grammar=QUESTION_GRAMMAR)
                 else:  # (the gate's prompt is its own: this is the conversation's first sample)
                     yield from self._text(prompt, request, stop, opener="stop", first=True,
                                           echo_of=echo)

@@ -118,6 +118,8 @@ class LlamaLLM:
             caller's, the instructions' and common words (default True; :mod:`._grounded`).
         facts_first: with ``grounded_replies``, the first sentence of that reply holds the
             result's fact words in order (default True; :func:`._grounded.reply_facts`).
+        ask_missing: when the gate's tool lacks a typed argument the caller did not say, the
+            reply is one question for it (default True; :mod:`._ask`).
         tools_in_prompt: list the tools in the conversation's system prompt (default None: in
             every tool mode but ``"gate"``, whose gate has a prompt of its own; see ChatEngine).
         max_tool_calls: most calls in one assistant message (default 1).
@@ -160,7 +162,7 @@ class LlamaLLM:
                  tool_threshold: float | None = None, chat_format: str = "auto",
                  tool_which: str = "examples", grounded_replies: bool = True,
                  facts_first: bool = True, tools_in_prompt: bool | None = None,
-                 embed_model: str | Path | None = None) -> None:
+                 embed_model: str | Path | None = None, ask_missing: bool = True) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -198,7 +200,7 @@ class LlamaLLM:
                                  chat_format=llama_format(self._llm, chat_format),
                                  embed=self._embed, tool_which=self.tool_which,
                                  grounded_replies=grounded_replies, facts_first=facts_first,
-                                 tools_in_prompt=tools_in_prompt)
+                                 tools_in_prompt=tools_in_prompt, ask_missing=ask_missing)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
 

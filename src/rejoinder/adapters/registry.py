@@ -48,6 +48,7 @@ class LlamaOptions(BaseModel):
     tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
     grounded_replies: bool = True  # replies after a tool result stay on its words (_grounded)
     facts_first: bool = True  # …and their first sentence says the result's fact words (_grounded)
+    ask_missing: bool = True  # a tool request without its typed argument gets one question (_ask)
     tools_in_prompt: bool | None = None  # list the tools in the prompt (None: not in gate mode)
     embed_model: str | None = None  # GGUF of the tool chooser's embeddings (None: model_path)
     max_tool_calls: int = Field(1, ge=1)
