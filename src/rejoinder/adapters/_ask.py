@@ -11,9 +11,9 @@ one question, under :data:`QUESTION_GRAMMAR` (a question opener, then its own wo
 "?"). It still writes every word after the opener, from the conversation and the note.
 
 Probe, 2026-12-04 (SmolLM2-135M Q4_1, greedy, the support agent, 8 order questions without a
-number written for it, none from a suite): a question for the order number in 8 of 8 replies
-with the note and the grammar, 3 of 8 with the note alone (two read the note back), 0 of 8
-with neither (six "I'm sorry for your loss").
+number written for it, none from a suite, the step forced on each): a question for the order
+number in 8 of 8 replies with the note and the grammar, 3 of 8 with the note alone (two read
+the note back), 0 of 8 with neither (six "I'm sorry for your loss").
 """
 
 from __future__ import annotations
