@@ -77,6 +77,10 @@ def test_overlap_policy_is_configurable():
     (Heard("Set your order.", 1200, 0.19, -0.97, level_dbfs=-40.5), "quiet_unsure"),
     (Heard("Set your order.", 1200, 0.19, -0.97, level_dbfs=-22.0), None),  # a caller's level
     (Heard("Thank you.", 700, 0.04, -0.12, level_dbfs=-41.0), None),  # quiet but confident
+    # the recogniser's own prompt words on babble (quiet_logprob, not unsure_logprob), and a
+    # real digit 40 dB down on the same box
+    (Heard("Order numbers.", 600, 0.07, -0.674, level_dbfs=-41.8), "quiet_unsure"),
+    (Heard("Four.", 600, 0.26, -0.36, level_dbfs=-40.0), None),
     # real short answers, even 40 dB below full scale, decode confidently: answered
     (Heard("Yes.", 600, 0.07, -0.25), None),
     (Heard("No.", 600, 0.14, -0.26), None),
