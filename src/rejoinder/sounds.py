@@ -30,12 +30,12 @@ its voiced duration and the model's confidence) and never from a word list alone
   ``noise_max_words`` words, ``avg_logprob < unsure_logprob`` with ``no_speech_prob >
   unsure_no_speech_prob`` (``unsure``); or a *quiet* turn (speech level under ``quiet_dbfs``, as
   background voices are) with ``avg_logprob < quiet_logprob`` (``quiet_unsure``: "Set your
-  order." at -0.97 on babble 40 dB down; "Order numbers." at -0.67, -41.8 dBFS, words of the
-  recogniser's own prompt, on a 2-core AMD EPYC box where CTranslate2's int8 kernels score a
-  little higher than on the boxes the -0.7 of ``unsure_logprob`` was measured on; the same
-  box scores the real short answers below 40 dB down at -0.10 to -0.36). Real answers ("Yes.", "No.", "Thank you.", a digit, a
-  sentence) decode at ≥ -0.7 with no-speech probability ≤ 0.25, even 40 dB below full scale, so
-  they pass. A *clear* voice in the background is speech, not a hallucination: it is answered.
+  order." at -0.97 on babble 40 dB down; "Order numbers.", words of the recogniser's own
+  prompt, at -0.67 and -41.8 dBFS on a 2-core AMD EPYC box, where the same turn had stayed
+  under the -0.7 of ``unsure_logprob`` on the boxes it was first measured on; that box decodes
+  the real short answers 40 dB down at -0.10 to -0.36). Real answers ("Yes.", "No.",
+  "Thank you.", a digit, a sentence) decode at ≥ -0.7 with no-speech probability ≤ 0.25, even
+  40 dB below full scale, so they pass. A *clear* voice in the background is speech, not a hallucination: it is answered.
 
 Sources of the thresholds: OpenAI Whisper ``transcribe.py`` (``no_speech_threshold=0.6``,
 ``logprob_threshold=-1.0``, ``compression_ratio_threshold=2.4``; also faster-whisper's
