@@ -17,7 +17,7 @@ use other wordings (``src/rejoinder/harness/suites/heldout/``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ._threads import on_model_thread
@@ -111,8 +111,7 @@ def labelled(agent: Agent) -> list[tuple[str, str | None]]:
 
 
 def _without(tools: Sequence[ToolSchema], say: str) -> tuple[ToolSchema, ...]:
-    return tuple(ToolSchema(t.name, t.description, t.parameters,
-                            tuple(x for x in t.examples if x != say)) for t in tools)
+    return tuple(replace(t, examples=tuple(x for x in t.examples if x != say)) for t in tools)
 
 
 def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,

@@ -96,6 +96,11 @@ class ToolSchema:
     #: whether its result holds facts the reply tells the caller (False: call control and
     #: background tools, whose results tell the LLM what happens next); never sent either
     tells: bool = True
+    #: whether a call acts at once and cannot be undone: an irreversible tool that asks no
+    #: confirmation question first (``end_call``, ``transfer_to_human``; a tool with
+    #: ``confirm`` only asks at first). The embedded gate wants clearer evidence for it
+    #: (:func:`rejoinder.adapters._which.clear_pick`); never sent
+    irreversible: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,9 @@ class ToolDecision:
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
     number alone), which is called. ``ask_for``: when the agent talks because the best tool's
     typed arguments were not said, how those arguments are named ("order number"): the reply
-    is then one question for them (:mod:`rejoinder.adapters._ask`)."""
+    is then one question for them (:mod:`rejoinder.adapters._ask`). ``set_aside``: irreversible
+    tools whose example was nearest but not clearly (:func:`rejoinder.adapters._which.clear_pick`),
+    so the choice was made among the rest."""
 
     chosen: str | None
     scores: dict[str, float]
@@ -137,6 +144,7 @@ class ToolDecision:
     which: str = "labels"
     similarity: dict[str, float] | None = None
     ask_for: tuple[str, ...] = ()
+    set_aside: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out = {"chosen": self.chosen, "margin": round(self.margin, 3),
@@ -146,6 +154,8 @@ class ToolDecision:
             out["similarity"] = {k: round(v, 3) for k, v in self.similarity.items()}
         if self.ask_for:
             out["ask_for"] = list(self.ask_for)
+        if self.set_aside:
+            out["set_aside"] = list(self.set_aside)
         return out
 
 

@@ -185,7 +185,8 @@ class Tool:
             f"{self.name}_args", __config__=ConfigDict(extra="forbid"), **fields)
         self.schema = ToolSchema(self.name, self.description,
                                  _clean_schema(self.params.model_json_schema()), self.examples,
-                                 tells=self.filler and not self.background)
+                                 tells=self.filler and not self.background,
+                                 irreversible=not self.reversible and self.confirm_fn is None)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, reversible={self.reversible})"

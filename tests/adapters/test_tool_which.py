@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rejoinder.adapters._which import EMBED_TEMPLATE, TALK, ExampleMatcher
+from rejoinder.adapters._which import EMBED_TEMPLATE, TALK, ExampleMatcher, clear_pick
 from rejoinder.app.support import agent as support
 from rejoinder.errors import ConfigError
 from rejoinder.ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
@@ -62,6 +62,43 @@ def test_small_talk_nearer_than_every_tool_vetoes_the_call():
     assert TALK not in m.choose("hello, hello", names)[1]
 
 
+END = {"transfer_to_human", "end_call"}
+
+
+@pytest.mark.parametrize("sims,want", [
+    # a near tie with small talk: no call (a compliment nearly as near a transfer example)
+    ({"transfer_to_human": 0.305, "lookup_order": 0.07, TALK: 0.300}, (None, ("transfer_to_human",))),
+    # a near tie with another tool: that tool
+    ({"transfer_to_human": 0.396, "list_appointments": 0.348, "reschedule_appointment": 0.17},
+     ("list_appointments", ("transfer_to_human",))),
+    # two call-ending tools near each other and small talk far: each set aside in turn
+    ({"transfer_to_human": 0.40, "end_call": 0.38, "lookup_order": 0.36, TALK: 0.10},
+     ("lookup_order", ("transfer_to_human", "end_call"))),
+    # clearly nearest: kept; a reversible tool in a near tie: kept
+    ({"transfer_to_human": 0.444, "lookup_order": 0.07, TALK: 0.338}, ("transfer_to_human", ())),
+    ({"lookup_order": 0.31, "transfer_to_human": 0.30, TALK: 0.29}, ("lookup_order", ())),
+    # the only candidate (small talk not competing): kept
+    ({"end_call": 0.2}, ("end_call", ())),
+    # small talk nearest from the start
+    ({TALK: 0.5, "end_call": 0.2}, (None, ())),
+])
+def test_an_irreversible_tool_needs_a_clear_lead_to_be_picked(sims, want):
+    assert clear_pick(sims, END, 0.05) == want
+
+
+def test_a_margin_of_zero_keeps_the_nearest():
+    assert clear_pick({"transfer_to_human": 0.305, TALK: 0.300}, END, 0.0) == ("transfer_to_human", ())
+
+
+def test_only_tools_that_act_at_once_are_irreversible_in_their_schema():
+    """``cancel_appointment`` is irreversible but asks first (its first call is a question)."""
+    flags = {name: t.schema.irreversible for name, t in support.tools.items()}
+    assert flags == {"lookup_order": False, "list_appointments": False,
+                     "reschedule_appointment": False, "cancel_appointment": False,
+                     "transfer_to_human": True, "end_call": True}
+    assert not support.tools["cancel_appointment"].reversible
+
+
 def test_it_stands_aside_when_an_allowed_tool_has_no_examples():
     m = ExampleMatcher(_bag, TOOLS)
     assert m.covers(["lookup_order", "transfer_to_human"])
@@ -72,9 +109,11 @@ def test_it_stands_aside_when_an_allowed_tool_has_no_examples():
 
 def test_decision_records_what_picked_the_tool():
     d = ToolDecision("a", {"a": -1.0, "(none)": -3.0}, 2.0, 1.0, "model", "examples",
-                     {"a": 0.51234, "b": 0.1})
+                     {"a": 0.51234, "b": 0.1}, set_aside=("b",))
     assert d.as_dict()["which"] == "examples" and d.as_dict()["similarity"] == {"a": 0.512, "b": 0.1}
+    assert d.as_dict()["set_aside"] == ["b"]
     assert "similarity" not in ToolDecision(None, {}, 0.0, 1.0).as_dict()
+    assert "set_aside" not in ToolDecision(None, {}, 0.0, 1.0).as_dict()
 
 
 def test_an_unknown_which_mode_names_the_choices():
@@ -162,3 +201,24 @@ def test_the_embeddings_may_come_from_another_gguf(tmp_path):
     assert v.ndim == 1 and v.size == llm._embedder.n_embd() and np.isfinite(v).all()
     assert llm._embedder.model_path == str(other)
     assert LlamaLLM(n_ctx=512).embed_path == smollm2_model_path()  # default: the chat model
+
+
+def test_a_transfer_without_a_clear_lead_is_set_aside_with_the_real_model(llama_llm):
+    """The same request for a person is a transfer at the default margin (its example lies
+    clearly nearest) and set aside when the margin asks for more than its lead: the decision
+    then goes to the rest and records what was set aside."""
+    engine = llama_llm.engine
+    req = _request("Let me talk to an actual person, please.")
+    margin = engine.irreversible_margin
+    try:
+        clear = engine.decide(req)
+        lead = clear.similarity["transfer_to_human"] - max(
+            v for k, v in clear.similarity.items() if k != "transfer_to_human")
+        engine.irreversible_margin = lead + 0.01
+        unclear = engine.decide(req)
+    finally:
+        engine.irreversible_margin = margin
+    assert margin == 0.05 and lead >= margin
+    assert (clear.chosen, clear.which, clear.set_aside) == ("transfer_to_human", "examples", ())
+    assert unclear.chosen != "transfer_to_human" and unclear.set_aside == ("transfer_to_human",)
+    assert "set_aside" in unclear.as_dict() and unclear.margin == pytest.approx(clear.margin)

@@ -11,6 +11,7 @@ import re
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,12 +60,16 @@ def test_no_unseen_utterance_is_near_calibration_reference_or_heldout():
     assert not found, "\n".join(map(str, found))
 
 
+def sources_of_a_copy(say: str, sources: dict[str, list[str]]) -> set[str]:
+    """The sources (keys of ``sources``) that a one-turn scenario saying ``say`` overlaps."""
+    sc = Scenario.model_validate({"name": "copy", "turns": [{"audio": [{"say": say}]}]})
+    return {o.source for o in overlaps([sc], sources)}
+
+
 def test_a_heldout_utterance_copied_into_the_suite_is_caught():
     """Source (d) is read: a turn that repeats a heldout sentence with a word changed trips it."""
-    sc = Scenario.model_validate({"name": "unseen-copy", "turns": [
-        {"audio": [{"say": "Hi there! Quick question. Did my hiking backpack ever turn up?"}]}]})
-    found = overlaps([sc], calibration_and_heldout())
-    assert {o.source for o in found} == {"heldout suite"}
+    assert sources_of_a_copy("Hi there! Quick question. Did my hiking backpack ever turn up?",
+                             calibration_and_heldout()) == {"heldout suite"}
 
 
 def test_unseen_suite_is_valid_bundled_and_apart_from_the_other_suites():
@@ -78,27 +83,35 @@ def test_unseen_suite_is_valid_bundled_and_apart_from_the_other_suites():
     _, all3 = load_suite("reference,heldout,unseen")  # one run over the three suites
     assert len(all3) == len(ref) + len(heldout) + len(unseen)
     assert (SUITES_DIR / "unseen" / "README.md").exists()
+    suite_shape("unseen", unseen)
+
+
+KINDS = ("tools", "reply_contains", "reply_contains_any", "reply_excludes", "not_echo", "no_tools",
+         "tools_absent")
+
+
+def suite_shape(label: str, scenarios: list[Scenario]) -> None:
+    """Every scenario of suite ``label`` is named and tagged by it, leaves 5 s for a stalled reply
+    and expects every caller turn answered; the suite uses every kind of check (:data:`KINDS`)
+    and checks the database in at least half its calls."""
     kinds = set()
-    for sc in unseen:
-        assert sc.name.startswith("unseen-") and "unseen" in sc.tags
+    for sc in scenarios:
+        assert sc.name.startswith(f"{label}-") and label in sc.tags
         assert sc.tail_ms == 5000
         for turn in sc.turns:
-            ex = turn.expect
-            assert ex.answered is True, sc.name
-            kinds |= {k for k in ("tools", "reply_contains", "reply_contains_any", "reply_excludes",
-                                  "not_echo", "no_tools", "tools_absent") if getattr(ex, k)}
-    assert kinds == {"tools", "reply_contains", "reply_contains_any", "reply_excludes", "not_echo",
-                     "no_tools", "tools_absent"}
-    assert sum(bool(sc.final_db) for sc in unseen) >= len(unseen) // 2
+            assert turn.expect.answered is True, sc.name
+            kinds |= {k for k in KINDS if getattr(turn.expect, k)}
+    assert kinds == set(KINDS)
+    assert sum(bool(sc.final_db) for sc in scenarios) >= len(scenarios) // 2
 
 
-def test_a_farewell_may_end_the_call():
-    """A caller's goodbye may be answered with end_call: no farewell turn forbids it (no
-    ``no_tools``, end_call not in ``tools_absent``), and a call with one does not set
-    ``only_expected_tools`` (end_call is not an expected tool there); the domain tools stay
-    forbidden on it."""
+def farewell_turns(suite: str) -> int:
+    """Check that a caller's goodbye in ``suite`` may be answered with end_call: no farewell turn
+    forbids it (no ``no_tools``, end_call not in ``tools_absent``), a call with one does not set
+    ``only_expected_tools`` (end_call is not an expected tool there), and the domain tools stay
+    forbidden on it. Returns the number of farewell turns."""
     farewells = 0
-    for sc in load_suite("unseen")[1]:
+    for sc in load_suite(suite)[1]:
         for turn in sc.turns:
             words = " ".join(seg.say for seg in turn.audio if seg.say)
             if not FAREWELL.search(words):
@@ -108,34 +121,51 @@ def test_a_farewell_may_end_the_call():
             assert not ex.no_tools and "end_call" not in ex.tools_absent, (sc.name, words)
             assert not sc.only_expected_tools, sc.name
             assert set(ex.tools_absent) & NOT_ON_A_FAREWELL, (sc.name, words)
-    assert farewells >= 3
+    return farewells
 
 
-def test_the_suite_ships_in_the_wheel():
+def test_a_farewell_may_end_the_call():
+    assert farewell_turns("unseen") >= 3
+
+
+def in_the_wheel(files: list[Path]) -> None:
+    """Every file of ``files`` matches the package data globs of pyproject.toml."""
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["rejoinder"]
-    for f in FILES + [SUITES_DIR / "unseen" / "README.md"]:
+    for f in files:
         rel = f.relative_to(ROOT / "src" / "rejoinder").as_posix()
         assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_each_unseen_scenario_fits_the_demo_data(path, tmp_path):
-    """Valid YAML; every recording exists and is attributed; the expected tools exist; expected
-    order numbers are the caller's; final_db rows exist; expected days are weekdays."""
-    sc = load_scenario(path)  # raises when a prompt is not installed
+def test_the_suite_ships_in_the_wheel():
+    in_the_wheel(FILES + [SUITES_DIR / "unseen" / "README.md"])
+
+
+def loaded_on_demo_data(path: Path, tmp_path: Path) -> tuple[Scenario, Any, dict]:
+    """The scenario of ``path`` (raises when a prompt is not installed), checked to play prompts
+    (each attributed, each known) and the caller voice only, with a fresh demo database and the
+    caller's account in it: (scenario, connection, customer row)."""
+    sc = load_scenario(path)
     text = path.read_text()
     if "asterisk:" in text:  # attribution of the real recordings stays with the file
         assert "Allison Smith" in text and "CC-BY-SA-3.0" in text
     for turn in sc.turns:
         for top in turn.audio:
             for seg in top.sources():
-                assert seg.file is None, "the unseen suite plays prompts and the caller voice only"
+                assert seg.file is None, "the suite plays prompts and the caller voice only"
                 if seg.asterisk:
                     assert seg.asterisk in PROMPT_WORDS or prompt_words(seg.asterisk), seg.asterisk
-    tools = set(support_agent.tools)
     conn = db.fresh_demo_db(tmp_path / "demo.sqlite")
     customer = db.customer_by_phone(conn, sc.caller_phone)
-    assert customer is not None, sc.name  # every unseen caller is on an account
+    assert customer is not None, sc.name  # every caller is on an account
+    return sc, conn, customer
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_each_unseen_scenario_fits_the_demo_data(path, tmp_path):
+    """Valid YAML; every recording exists and is attributed; the expected tools exist; expected
+    order numbers are the caller's; final_db rows exist; expected days are weekdays."""
+    sc, conn, customer = loaded_on_demo_data(path, tmp_path)
+    tools = set(support_agent.tools)
     mine = {o["id"] for o in db.orders_of(conn, customer["id"])}
     for turn in sc.turns:
         for t in turn.expect.tools:

@@ -28,7 +28,7 @@ from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
-from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher
+from ._which import CONFIRM_NO, CONFIRM_YES, IRREVERSIBLE_MARGIN, TALK, ExampleMatcher, clear_pick
 from ._ask import QUESTION_GRAMMAR, ask_note, missing_arguments
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
@@ -89,6 +89,9 @@ class ChatEngine:
       ``"labels"``) the best label. A yes/no answer to a confirmation question is judged with
       ``embed`` in both modes. With ``talk_veto`` (default on) the small-talk
       examples compete there too: when one lies nearer than every tool's, no tool is called.
+      A tool that acts at once and cannot be undone (``ToolSchema.irreversible``: hanging up,
+      transferring) must lie nearer than every other candidate by ``irreversible_margin``
+      (cosine, default 0.05), else it is set aside (:func:`._which.clear_pick`).
       The decision is yielded first as a :class:`~rejoinder.ports.ToolDecision` (``decision``
       passes one made beforehand); then either the chosen tool's call is written under its
       grammar, or text is sampled (call markup then ends the reply). After a tool result the
@@ -134,7 +137,7 @@ class ChatEngine:
                  no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
                  talk_veto: bool = True, tools_in_prompt: bool | None = None,
                  facts_first: bool = True, tool_which: str = "examples",
-                 ask_missing: bool = True) -> None:
+                 ask_missing: bool = True, irreversible_margin: float = IRREVERSIBLE_MARGIN) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -159,6 +162,7 @@ class ChatEngine:
         self.grounded_replies = grounded_replies
         self.facts_first = facts_first
         self.ask_missing = ask_missing
+        self.irreversible_margin = irreversible_margin
         #: once the gate decides to call: "examples" (the nearest example in ``embed``'s
         #: space, :mod:`._which`) or "labels" (the best label); a confirmation is answered with
         #: ``embed`` either way
@@ -539,6 +543,7 @@ class ChatEngine:
             threshold, source = self.tool_threshold, self.threshold_source
         chosen, which, sims = scores.chosen(threshold), "labels", None
         vetoed: str | None = None  # the tool the caller's words lacked an argument of
+        aside: tuple[str, ...] = ()  # irreversible tools not clearly nearest (clear_pick)
         matcher = self.matcher_for(request.tools, request.talk_examples)
         if chosen is not None and request.confirming is not None and self.embed is not None:
             # a yes/no answer to the tool's question: the margin and the nearer of the yes and
@@ -550,6 +555,9 @@ class ChatEngine:
             # small talk competes unless a tool's typed arguments were said (an order number)
             picked, sims = matcher.choose(self._caller_said(request), cands,
                                           talk=self.talk_veto and not said_all)
+            strict = [t.name for t in request.tools if t.irreversible]
+            if picked in strict:  # an action that cannot be undone wants a clear nearest
+                picked, aside = clear_pick(sims, strict, self.irreversible_margin)
             # None with the talk similarity: a small-talk example lies nearest, so no call
             chosen, which = (None if TALK in sims and picked is None else picked or chosen), "examples"
         elif chosen is not None and grounding.get(chosen) is False:
@@ -573,7 +581,7 @@ class ChatEngine:
             ask = missing_arguments(tool.parameters, self._caller_said(request),
                                     self._caller_before(request))
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
-                            threshold, source, which, sims, ask)
+                            threshold, source, which, sims, ask, aside)
 
     def confirm_matcher(self, tool: str) -> ExampleMatcher:
         """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of

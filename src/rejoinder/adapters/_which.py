@@ -31,7 +31,7 @@ ranking chooses) whenever an allowed tool has none.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -49,6 +49,41 @@ CONFIRM_NO = ("No, don't do that.", "No, keep it.", "Hmm, no, I changed my mind.
               "Not that one.", "No thanks, forget it.", "Wait, no.")
 #: the key of small talk's similarity in :meth:`ExampleMatcher.choose`'s result
 TALK = "(talk)"
+#: how much nearer (cosine, centred space) an irreversible tool's example must lie than every
+#: other candidate's, small talk's included, for the matcher to pick it (:func:`clear_pick`)
+IRREVERSIBLE_MARGIN = 0.05
+
+
+def clear_pick(sims: dict[str, float], irreversible: Collection[str],
+               margin: float = IRREVERSIBLE_MARGIN) -> tuple[str | None, tuple[str, ...]]:
+    """The matcher's choice from ``sims`` (tool → cosine similarity of its nearest example;
+    small talk under :data:`TALK` when it competes) once each tool of ``irreversible`` that is
+    not nearer than the next candidate by ``margin`` is set aside: ``(tool or None, set aside)``,
+    None when small talk is then nearest.
+
+    A call-ending tool (``end_call``, ``transfer_to_human``) acts at once and cannot be taken
+    back, while a wrong lookup costs one sentence; so a near tie does not pick it, and the
+    choice goes to the rest, small talk included (the asymmetric-cost rule of acting only on a
+    confident belief, as spoken dialogue systems confirm or skip low-confidence actions; e.g.
+    Bohus & Rudnicky, "Constructing accurate beliefs in spoken dialog systems", ASRU 2005).
+    ``margin`` 0.05: in three suite runs of the support agent (2026-12-04, SmolLM2-135M), the
+    call-ending picks that were right (6 wordings) were nearer by 0.106–0.203, six wrong ones
+    by 0.005–0.048 (a compliment, "Cheers, bye!" where no tool was wanted, a question about a
+    Monday booking, a request to move one) and one by 0.108–0.121 ("Morning. Two things…"). The
+    value was read off those scenarios, which therefore no longer measure it blind; the
+    ``fresh`` suite was written apart from it."""
+    left = dict(sims)
+    aside: list[str] = []
+    while left:
+        best = max(left, key=left.__getitem__)
+        if best == TALK:
+            return None, tuple(aside)
+        others = [v for k, v in left.items() if k != best]
+        if best not in irreversible or not others or left[best] - max(others) >= margin:
+            return best, tuple(aside)
+        aside.append(best)
+        del left[best]
+    return None, tuple(aside)
 
 
 class ExampleMatcher:
