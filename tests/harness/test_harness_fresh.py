@@ -68,7 +68,7 @@ def test_fresh_suite_is_valid_bundled_and_apart_from_the_other_suites():
     assert len(all4) == sum(map(len, others.values())) + len(fresh)
     suite_shape("fresh", fresh)
     for sc in fresh:
-        assert 1 <= len(sc.turns) <= 3
+        assert len(sc.turns) <= 3, sc.name  # short calls: a 4-turn scenario fails here
         assert sc.caller_voice == Scenario.model_fields["caller_voice"].default  # as unseen
     expected = {t.name for sc in fresh for turn in sc.turns for t in turn.expect.tools}
     assert expected == {"lookup_order", "list_appointments", "reschedule_appointment",

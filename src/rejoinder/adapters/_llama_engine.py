@@ -611,8 +611,7 @@ class ChatEngine:
             if said is None or not need:
                 out[t.name] = None
                 continue
-            sources = argument_sources(params, said, before)
-            out[t.name] = all(grounded_values(props[k], sources[k]) for k in need)
+            out[t.name] = not missing_arguments(params, said, before)
         return out
 
     def matcher_for(self, tools: tuple[ToolSchema, ...],

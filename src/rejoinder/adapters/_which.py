@@ -69,9 +69,10 @@ def clear_pick(sims: dict[str, float], irreversible: Collection[str],
     ``margin`` 0.05: in three suite runs of the support agent (2026-12-04, SmolLM2-135M), the
     call-ending picks that were right (6 wordings) were nearer by 0.106–0.203, six wrong ones
     by 0.005–0.048 (a compliment, "Cheers, bye!" where no tool was wanted, a question about a
-    Monday booking, two requests to move one, a question about an order) and one by 0.108–0.121 ("Morning. Two things…"). The
-    value was read off those scenarios, which therefore no longer measure it blind; the
-    ``fresh`` suite was written apart from it."""
+    Monday booking, two requests to move one, a question about an order) and one by
+    0.108–0.121 ("Morning. Two things…"), which the rule lets through. The value was read off
+    those scenarios, which therefore no longer measure it blind; the ``fresh`` suite was
+    written apart from it."""
     left = dict(sims)
     aside: list[str] = []
     while left:
