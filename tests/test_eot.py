@@ -106,7 +106,9 @@ def test_early_pause_must_not_come_after_pause_ms():
     ("Where is my order?", True, False, True), ("Who am I talking to?", True, False, True),
     ("I'd like to check my", False, True, False), ("My order and", False, True, False),
     ("I want to check my order...", False, True, False), ("So, um,", False, True, False),
-    ("I was wondering", False, False, False), ("Hello,", True, False, False)])
+    ("I was wondering", False, False, False), ("Hello,", True, False, False),
+    ("Yeah, it's.", False, True, False), ("The number is.", False, True, False),
+    ("Yes, that's it.", True, False, False)])
 def test_transcript_reading(text, complete, dangling, decisive):
     r = read_transcript(text)
     assert (r.complete, r.dangling, r.decisive) == (complete, dangling, decisive)

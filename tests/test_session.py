@@ -12,7 +12,7 @@ from rejoinder.harness.caller import RenderedTurn, voiced_span
 from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
-from rejoinder.events import EventBus, SpeakableText
+from rejoinder.events import EventBus, Recovery, SpeakableText
 from rejoinder.scenario import CallerTurn, Segment
 from rejoinder.session import Stack
 from rejoinder.turntext import number_incomplete
@@ -510,6 +510,38 @@ async def test_a_transcript_that_drops_the_digits_keeps_the_hold():
     res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
     assert [r.turn_id for r in res.turns] == [1]
     assert asked(res) == ["My callback number is 415 862 3079."]
+
+
+async def test_a_transcript_that_lost_its_last_words_is_mended_from_the_rest_of_the_audio():
+    clock = VirtualClock()
+    # Whisper base in a suite run: "Yeah, it's... 5, 0, 3." at one pause, then "Yeah, it's..."
+    # over the whole turn; the speech after the earlier pause is transcribed on its own ("1.")
+    stack = make_stack(clock, ["Yeah, it's...", "Yeah, it's... 5, 0, 3.", "Yeah, it's...", "1."],
+                       eot_prob=0.95)
+    bus = EventBus()
+    mends: list = []
+    bus.subscribe(lambda e: mends.append(e) if isinstance(e, Recovery) else None)
+    pcm = np.concatenate([tone(900), silence(1000), tone(900), silence(1000), tone(600)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000, bus=bus)
+    assert [r.turn_id for r in res.turns] == [1]
+    assert asked(res) == ["Yeah, it's... 5, 0, 3. 1."]
+    # the 4th request is the rest only: from the 2nd tone's end (1 s of silence, the 600 ms
+    # tone, the 120 ms tail), not the whole turn again
+    assert len(stack.stt.requests) == 4
+    assert stack.stt.requests[3] == pytest.approx(1.72, abs=0.1)
+    assert stack.stt.requests[2] > 3.0
+    [m] = mends
+    assert (m.stage, m.action, m.resume_from) == ("stt", "mended", "Yeah, it's... 5, 0, 3. 1.")
+
+
+async def test_a_transcript_that_spells_a_number_differently_is_not_mended():
+    clock = VirtualClock()
+    stack = make_stack(clock, ["Telephone number, 4, 1, 5, 8, 6, 2, 3, 0.",
+                               "Telephone number 4158623079."], eot_prob=0.95)
+    pcm = np.concatenate([tone(1500), silence(1000), tone(600)])
+    res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
+    assert asked(res) == ["Telephone number 4158623079."]
+    assert len(stack.stt.requests) == 2
 
 
 async def test_a_reply_dropped_before_it_was_heard_is_no_interruption_and_no_line(tmp_path):

@@ -3,9 +3,11 @@ confidences, no clock, no models."""
 
 from __future__ import annotations
 
+import pytest
+
 from rejoinder.sounds import Heard
 from rejoinder.turns import State, TurnPolicy
-from rejoinder.turntext import digit_group, judge_pause, number_still_open
+from rejoinder.turntext import digit_group, judge_pause, lost_ending, number_still_open
 
 POLICY = TurnPolicy()
 
@@ -110,3 +112,20 @@ def test_no_group_on_a_short_pause_a_stale_transcript_or_speech_without_a_pause(
     words_only = judge_pause(2000.0, heard("My phone number is"), POLICY)
     assert digit_group(words_only, 2000.0 + gap, state=State.USER_PAUSED, last_voiced_ms=2000.0,
                        policy=POLICY) == 0
+
+
+@pytest.mark.parametrize("earlier, later, lost", [
+    # Whisper base in suite runs: the digits after a trailing ellipsis vanish over more audio
+    ("Yeah, it's... 5, 0, 3.", "Yeah, it's...", True),
+    ("They ordered numbers. Two, four, five.", "the ordered numbers.", True),
+    ("Telephone number 4158623079", "Telephone number, 415, 862, 3.", True),  # 10 digits, then 7
+    # nothing lost: a number spelled as one run, the last words heard differently, a longer one
+    ("Telephone number, 4, 1, 5, 8, 6, 2, 3, 0.", "Telephone number 4158623079", False),
+    ("make that free of claim.", "make that free o'clock.", False),
+    ("It's order. Four, two. Four, two.", "It's order. 4, 2, 1, 7.", False),
+    ("Check my order.", "Check my order 4217.", False),
+    ("", "Hello.", False),
+    ("Hello there.", "", True),
+])
+def test_lost_ending(earlier, later, lost):
+    assert lost_ending(earlier, later) is lost

@@ -8,33 +8,48 @@ and on the agent's tools, so it is fitted on the agent's own labelled utterances
 - **negatives**: the gate's built-in small talk plus the agent's ``llm.talk_examples``.
 
 Each utterance is scored *leave-one-out*: by a gate whose few-shot prompt lacks that utterance,
-so an example never vouches for itself. The threshold chosen is the one that keeps spurious
-calls (a negative whose margin reaches it) at or under ``max_spurious`` and, among those, calls
-the right tool on the most positives; ties go to the middle of the widest such interval. These
+so an example never vouches for itself. When the model picks the tool by the nearest example
+(``tool_which`` "examples", the default), each utterance is also decided as the runtime decides
+it once the margin says call (:meth:`rejoinder.adapters._llama_engine.ChatEngine.decide`: the
+nearest example with small talk competing, the typed arguments said, the irreversible tools'
+clear lead), by a matcher that lacks it too: a call is then that decision's tool, and a talk
+example the matcher keeps as talk is no spurious call whatever its margin. The threshold chosen
+is the one that keeps spurious calls at or under ``max_spurious`` and, among those, calls the
+right tool on the most positives; ties go to the middle of the widest such interval. These
 utterances are the *calibration set*: benchmarks and scenarios that measure task success must
 use other wordings (``src/rejoinder/harness/suites/heldout/``).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from ._threads import on_model_thread
 from .agent import Agent
 from .errors import ConfigError
-from .ports import ChatMessage, ToolSchema
+from .ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
 
 
 @dataclass(frozen=True)
 class Scored:
     """One calibration utterance: its ``label`` (a tool's name, or None for talk), the gate's
-    ``margin`` and ``best`` tool."""
+    ``margin`` and ``best`` tool; with ``matched``, ``pick`` is the runtime's decision once the
+    margin says call (None: talk), else the call goes to ``best``."""
 
     say: str
     label: str | None
     margin: float
     best: str | None
+    pick: str | None = None
+    matched: bool = False
+
+    @property
+    def called(self) -> str | None:
+        """The tool called when the margin reaches the threshold (None: talk)."""
+        return self.pick if self.matched else self.best
 
 
 @dataclass(frozen=True)
@@ -53,15 +68,22 @@ class Calibration:
                 "spurious": round(self.spurious, 3), "positives": self.positives,
                 "negatives": self.negatives,
                 "utterances": [{"say": p.say, "label": p.label, "margin": round(p.margin, 3),
-                                "best": p.best} for p in self.points]}
+                                "best": p.best, **({"pick": p.pick} if p.matched else {})}
+                               for p in self.points]}
 
 
-def _score(llm: Any, gate: Any, messages: tuple) -> Any:
-    """One gate score on the llama.cpp thread (:func:`rejoinder._threads.model_thread`)."""
+def _score(llm: Any, gate: Any, messages: tuple, request: LLMRequest | None,
+           matcher: Callable[[], Any] | None) -> tuple[Any, ToolDecision | None]:
+    """One gate score, and with ``request`` the runtime's decision under a threshold of −∞
+    (``matcher()`` builds the leave-one-out matcher), on the llama.cpp thread
+    (:func:`rejoinder._threads.model_thread`)."""
     with llm._lock:
         llm.cache.activate(gate.key)
         try:
-            return gate.score(llm._llm, messages)
+            scores = gate.score(llm._llm, messages)
+            if request is None:
+                return scores, None
+            return scores, llm.engine.decide(request, gate, matcher() if matcher else None)
         finally:
             llm.cache.forget(gate.key)
 
@@ -69,8 +91,8 @@ def _score(llm: Any, gate: Any, messages: tuple) -> Any:
 def _rates(points: Sequence[Scored], t: float) -> tuple[float, float]:
     pos = [p for p in points if p.label is not None]
     neg = [p for p in points if p.label is None]
-    right = sum(p.margin >= t and p.best == p.label for p in pos) / max(1, len(pos))
-    spurious = sum(p.margin >= t for p in neg) / max(1, len(neg))
+    right = sum(p.margin >= t and p.called == p.label for p in pos) / max(1, len(pos))
+    spurious = sum(p.margin >= t and p.called is not None for p in neg) / max(1, len(neg))
     return right, spurious
 
 
@@ -124,15 +146,36 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         ConfigError: the agent has no tools, or no examples (see :func:`choose_threshold`).
     """
     from .adapters._gate import DEFAULT_TALK_EXAMPLES, LabelGate
+    from .adapters._ask import missing_arguments
+    from .adapters._which import ExampleMatcher
 
     tools = tuple(t.schema for t in agent.tools.values())
     if not tools:
         raise ConfigError(f"agent {agent.name!r} has no tools: there is nothing to calibrate")
     talk = (*DEFAULT_TALK_EXAMPLES, *agent.llm.talk_examples)
+    engine = getattr(llm, "engine", None)
+    decides = engine is not None and engine.gates(LLMRequest((ChatMessage("user", "?"),), tools=tools))
+    embed = engine.embed if decides and engine.which == "examples" else None
+    vectors: dict[str, Any] = {}
+
+    def embedded(text: str) -> Any:  # each example is embedded once for all the matchers
+        if text not in vectors:
+            vectors[text] = embed(text)
+        return vectors[text]
+
     points: list[Scored] = []
     for say, label in labelled(agent):
-        gate = LabelGate(_without(tools, say), tuple(x for x in talk if x != say))
+        kept, talk_kept = _without(tools, say), tuple(x for x in talk if x != say)
+        gate = LabelGate(kept, talk_kept)
         messages = (ChatMessage("assistant", opening), ChatMessage("user", say))
-        s = on_model_thread("llama", _score, llm, gate, messages)
-        points.append(Scored(say, label, s.margin, s.best))
+        request = (LLMRequest(messages, tools=kept, tool_threshold=-math.inf)
+                   if decides else None)
+        matcher = ((lambda k=kept, tk=talk_kept: ExampleMatcher(embedded, k, tk))
+                   if embed is not None and any(t.examples for t in kept) else None)
+        s, decision = on_model_thread("llama", _score, llm, gate, messages, request, matcher)
+        pick = decision.chosen if decision else None
+        if decision is not None and pick is None and decision.ask_for:  # "what's the number?"
+            pick = next((t.name for t in kept if missing_arguments(t.parameters, say)
+                         == decision.ask_for), None)  # the tool it asks for is the one picked
+        points.append(Scored(say, label, s.margin, s.best, pick, decision is not None))
     return choose_threshold(points, max_spurious)

@@ -195,9 +195,10 @@ def calibrate(agent: Optional[str] = typer.Option(None, help="the agent (default
     if json_out:
         print(json.dumps({"agent": the_agent.name, "model": model.model_name, **result.as_dict()}))
         return
-    t = Table("utterance", "label", "margin", "gate's tool", title=f"{plain(the_agent.name)} on {plain(model.model_name)}")
+    t = Table("utterance", "label", "margin", "gate's tool", "called", title=f"{plain(the_agent.name)} on {plain(model.model_name)}")
     for p in result.points:
-        t.add_row(plain(p.say), p.label or "(talk)", f"{p.margin:.2f}", p.best or "")
+        t.add_row(plain(p.say), p.label or "(talk)", f"{p.margin:.2f}", p.best or "",
+                  p.called or "(talk)")
     table_console().print(t)
     console.print(f"threshold {result.threshold:.2f}: right tool {result.right_tool:.0%} of "
                   f"{result.positives} tool examples, spurious calls {result.spurious:.0%} of "

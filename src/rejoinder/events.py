@@ -179,7 +179,8 @@ class ErrorEvent:
 class Recovery:
     """The runtime recovered from a failure: ``stage`` (llm|tts|stt), ``action`` (retry|backup|
     recovery_line|give_up|buffered|stop_repeat: a reply ended at a sentence it had already said,
-    :mod:`rejoinder.repeatguard`), ``reason`` (the error or watchdog), ``resume_from`` (the text it resumed
+    :mod:`rejoinder.repeatguard`; promoted: an STT interim taken as final; mended: a transcript
+    that lost its last words completed from the rest of the audio), ``reason`` (the error or watchdog), ``resume_from`` (the text it resumed
     with, starting at the last word heard)."""
 
     stage: str

@@ -34,7 +34,7 @@ from .audio_io import resample
 from .audioring import AudioRing
 from .conversation import Conversation, Step
 from .ending import CallEnder
-from .events import AgentSpeech, ErrorEvent, TranscriptEvent, TurnDecision
+from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
 from .flow import Transfer
 from .line import Playout, ReplyAudio
 from .phrases import RenderedPhrases
@@ -49,7 +49,7 @@ from .tools import CallContext
 from .turnrun import TurnRuns
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
                     Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
-from .turntext import digit_group, judge_pause, number_still_open
+from .turntext import digit_group, judge_pause, lost_ending, number_still_open
 from .vad import VadTracker
 
 LINE_RATE = 16000
@@ -318,6 +318,10 @@ class Session:
             self.st.emit(TranscriptEvent(tr.text, tr.final, self.st.now(), self.st.call_id,
                                          turn_id, speculative=True))
         text = tr.text.strip()
+        prev = run.judged
+        if (prev is not None and prev.noise is None and prev.end_ms < end_ms
+                and run.latest(end_ms) and lost_ending(prev.heard.text, text)):
+            text = await self._mend(turn_id, prev.end_ms, prev.heard.text, end_ms, text)
         if run.latest(end_ms):
             heard = Heard(text, end_ms - onset, tr.no_speech_prob, tr.avg_logprob,
                           level_dbfs(self._segment(onset, end_ms)))
@@ -333,6 +337,23 @@ class Session:
                     and self.preemptive and v.drafts and run.draft is None):
                 self._start_draft(turn_id, text, tentative=True)
         return text
+
+    async def _mend(self, turn_id: int, prev_end_ms: float, prev_text: str, end_ms: float,
+                    text: str) -> str:
+        """The transcript up to the pause at ``end_ms`` lost the words the one up to
+        ``prev_end_ms`` ended with (:func:`rejoinder.turntext.lost_ending`): the speech since
+        ``prev_end_ms`` (the last voiced sample then, so no word is heard twice) is transcribed
+        on its own and follows ``prev_text``. A ``Recovery("stt", "mended")`` event records it;
+        ``prev_text`` alone when the rest transcribes to nothing."""
+        rest = Transcript("", True)
+        async for rest in timed_stt(self.st, turn_id, self.stack.stt,
+                                    self._turn_audio(prev_end_ms, end_ms + TAIL_MS)):
+            pass
+        mended = " ".join(x for x in (prev_text.strip(), rest.text.strip()) if x)
+        self.st.emit(Recovery("stt", "mended", f"the transcript {text!r} lost the words that "
+                              f"{prev_text!r} ended with", mended, self.st.now(), self.st.call_id,
+                              turn_id))
+        return mended
 
     async def _turn_audio(self, start_ms: float, end_ms: float):
         """The caller's audio in [start_ms, end_ms] (call clock) as one chunk at the STT's rate."""

@@ -73,6 +73,21 @@ def test_threshold_keeps_spurious_calls_under_the_bound_and_maximises_right_call
         choose_threshold([p for p in pts if p.label])
 
 
+def test_with_the_runtimes_pick_a_talk_example_kept_as_talk_is_no_spurious_call():
+    # n1's margin (6.0) says call, but the matcher keeps it as talk (pick None): the threshold
+    # may go under it; o3's label was wrong but the matcher picks right
+    pts = [Scored("o1", "t", 9.0, "t", "t", True), Scored("o2", "t", 7.0, "t", "t", True),
+           Scored("o3", "t", 5.0, "u", "t", True), Scored("n1", None, 6.0, "t", None, True),
+           Scored("n2", None, 4.0, "t", "t", True), Scored("n3", None, 1.0, "u", None, True)]
+    cal = choose_threshold(pts, max_spurious=0.0)
+    assert 4.0 < cal.threshold <= 5.0  # over n2, which the matcher calls; under o3
+    assert cal.right_tool == 1.0 and cal.spurious == 0.0
+    assert [p.called for p in pts] == ["t", "t", "t", None, "t", None]
+    assert Scored("x", None, 1.0, "u").called == "u"  # without the matcher: the gate's best
+    assert cal.as_dict()["utterances"][3] == {"say": "n1", "label": None, "margin": 6.0,
+                                              "best": "t", "pick": None}
+
+
 async def test_gate_yields_its_decision_first_then_the_chosen_call(gate_llm):
     out = await _run(gate_llm, _req("I am calling about order 5566, where is it?",
                                     tool_threshold=-50.0))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rejoinder.adapters._which import EMBED_TEMPLATE, TALK, ExampleMatcher, clear_pick
+from rejoinder.adapters._which import (EMBED_TEMPLATE, TALK, ExampleMatcher, clear_pick,
+                                      said_pick)
 from rejoinder.app.support import agent as support
 from rejoinder.errors import ConfigError
 from rejoinder.ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
@@ -90,6 +91,32 @@ def test_a_margin_of_zero_keeps_the_nearest():
     assert clear_pick({"transfer_to_human": 0.305, TALK: 0.300}, END, 0.0) == ("transfer_to_human", ())
 
 
+@pytest.mark.parametrize("sims,picked,said,want", [
+    # a move said with its weekday and time, nearest a cancellation example by 0.067: the move
+    ({"cancel_appointment": 0.41, "reschedule_appointment": 0.343, "lookup_order": 0.1},
+     "cancel_appointment", ["reschedule_appointment"], "reschedule_appointment"),
+    # an order number said, a listing nearer by 0.036: the lookup
+    ({"list_appointments": 0.30, "lookup_order": 0.264}, "list_appointments", ["lookup_order"],
+     "lookup_order"),
+    # another tool far nearer (0.2 ≥ 0.15): kept
+    ({"transfer_to_human": 0.5, "reschedule_appointment": 0.3}, "transfer_to_human",
+     ["reschedule_appointment"], "transfer_to_human"),
+    # the pick is a said tool, or nothing was said: kept
+    ({"lookup_order": 0.2, "reschedule_appointment": 0.3}, "lookup_order",
+     ["lookup_order", "reschedule_appointment"], "lookup_order"),
+    ({"list_appointments": 0.3, "lookup_order": 0.29}, "list_appointments", [], "list_appointments"),
+    # two said tools: the nearer of them
+    ({"end_call": 0.4, "lookup_order": 0.3, "reschedule_appointment": 0.35}, "end_call",
+     ["lookup_order", "reschedule_appointment"], "reschedule_appointment"),
+])
+def test_the_tool_whose_values_were_said_wins_a_near_tie(sims, picked, said, want):
+    assert said_pick(sims, picked, said, 0.15) == want
+
+
+def test_a_lead_of_zero_keeps_the_nearest():
+    assert said_pick({"a": 0.31, "b": 0.30}, "a", ["b"], 0.0) == "a"
+
+
 def test_only_tools_that_act_at_once_are_irreversible_in_their_schema():
     """``cancel_appointment`` is irreversible but asks first (its first call is a question)."""
     flags = {name: t.schema.irreversible for name, t in support.tools.items()}
@@ -156,6 +183,26 @@ def test_a_request_for_a_person_is_a_transfer_by_its_examples_and_grounded_label
     assert by_examples.which == "examples" and by_examples.chosen == "transfer_to_human"
     assert by_examples.margin == pytest.approx(by_labels.margin)  # whether: the same gate
     assert max(by_examples.similarity, key=by_examples.similarity.get) == "transfer_to_human"
+
+
+def test_a_weekday_and_time_said_make_it_a_move_not_the_nearest_listing(llama_llm):
+    """SmolLM2-135M's nearest example of "Quick one, can the consultation be on Thursday at
+    noon?" is a listing's, 0.021 nearer than a move's; the weekday and time said are the move's
+    typed arguments (a wording written for this test)."""
+    engine = llama_llm.engine
+    req = _request("Quick one, can the consultation be on Thursday at noon?")
+    lead = engine.argument_lead
+    try:
+        engine.argument_lead = 0.0
+        nearest = engine.decide(req)
+        engine.argument_lead = 0.15
+        said = engine.decide(req)
+    finally:
+        engine.argument_lead = lead
+    assert lead == 0.15
+    assert nearest.which == "examples" and nearest.chosen == "list_appointments"
+    assert said.chosen == "reschedule_appointment"
+    assert said.margin == pytest.approx(nearest.margin) and said.margin >= said.threshold
 
 
 def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_llm):

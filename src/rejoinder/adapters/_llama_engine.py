@@ -28,7 +28,8 @@ from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
-from ._which import CONFIRM_NO, CONFIRM_YES, IRREVERSIBLE_MARGIN, TALK, ExampleMatcher, clear_pick
+from ._which import (ARGUMENT_LEAD, CONFIRM_NO, CONFIRM_YES, IRREVERSIBLE_MARGIN, TALK,
+                     ExampleMatcher, clear_pick, said_pick)
 from ._ask import QUESTION_GRAMMAR, ask_note, missing_arguments
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
@@ -91,7 +92,10 @@ class ChatEngine:
       examples compete there too: when one lies nearer than every tool's, no tool is called.
       A tool that acts at once and cannot be undone (``ToolSchema.irreversible``: hanging up,
       transferring) must lie nearer than every other candidate by ``irreversible_margin``
-      (cosine, default 0.05), else it is set aside (:func:`._which.clear_pick`).
+      (cosine, default 0.05), else it is set aside (:func:`._which.clear_pick`). When the
+      caller said every typed argument of some tools (an order number; a weekday and a time),
+      one of those is picked unless another leads it by ``argument_lead`` (cosine, default
+      0.15; :func:`._which.said_pick`).
       The decision is yielded first as a :class:`~rejoinder.ports.ToolDecision` (``decision``
       passes one made beforehand); then either the chosen tool's call is written under its
       grammar, or text is sampled (call markup then ends the reply). After a tool result the
@@ -137,7 +141,8 @@ class ChatEngine:
                  no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
                  talk_veto: bool = True, tools_in_prompt: bool | None = None,
                  facts_first: bool = True, tool_which: str = "examples",
-                 ask_missing: bool = True, irreversible_margin: float = IRREVERSIBLE_MARGIN) -> None:
+                 ask_missing: bool = True, irreversible_margin: float = IRREVERSIBLE_MARGIN,
+                 argument_lead: float = ARGUMENT_LEAD) -> None:
         if tool_mode not in TOOL_MODES:
             raise ConfigError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, "
                               f"not {tool_mode!r}")
@@ -163,6 +168,7 @@ class ChatEngine:
         self.facts_first = facts_first
         self.ask_missing = ask_missing
         self.irreversible_margin = irreversible_margin
+        self.argument_lead = argument_lead
         #: once the gate decides to call: "examples" (the nearest example in ``embed``'s
         #: space, :mod:`._which`) or "labels" (the best label); a confirmation is answered with
         #: ``embed`` either way
@@ -525,12 +531,15 @@ class ChatEngine:
         self._gates.move_to_end(key)
         return gate
 
-    def decide(self, request: LLMRequest) -> ToolDecision:
+    def decide(self, request: LLMRequest, gate: LabelGate | None = None,
+               matcher: ExampleMatcher | None = None) -> ToolDecision:
         """The gate's talk-or-call decision for ``request`` (its last message: the caller's).
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
-        conversation out first (``LlamaLLM`` does, under the gate's own cache key)."""
+        conversation out first (``LlamaLLM`` does, under the gate's own cache key). ``gate``
+        and ``matcher``: built by the caller (calibration leaves an example out of both), else
+        those of the request's tools and talk examples."""
         self.fit_threads()
-        gate = self.gate_for(request.tools, request.talk_examples)
+        gate = gate or self.gate_for(request.tools, request.talk_examples)
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose
         # required arguments the caller said (else the agent talks, and so asks for them)
         scores = gate.score(self._llm, request.messages, request.allowed_tools)
@@ -544,7 +553,8 @@ class ChatEngine:
         chosen, which, sims = scores.chosen(threshold), "labels", None
         vetoed: str | None = None  # the tool the caller's words lacked an argument of
         aside: tuple[str, ...] = ()  # irreversible tools not clearly nearest (clear_pick)
-        matcher = self.matcher_for(request.tools, request.talk_examples)
+        if matcher is None:
+            matcher = self.matcher_for(request.tools, request.talk_examples)
         if chosen is not None and request.confirming is not None and self.embed is not None:
             # a yes/no answer to the tool's question: the margin and the nearer of the yes and
             # no examples must both say yes (an irreversible action)
@@ -558,6 +568,8 @@ class ChatEngine:
             strict = [t.name for t in request.tools if t.irreversible]
             if picked in strict:  # an action that cannot be undone wants a clear nearest
                 picked, aside = clear_pick(sims, strict, self.irreversible_margin)
+            if picked is not None and said_all:  # the values said point at their tool
+                picked = said_pick(sims, picked, said_all, self.argument_lead)
             # None with the talk similarity: a small-talk example lies nearest, so no call
             chosen, which = (None if TALK in sims and picked is None else picked or chosen), "examples"
         elif chosen is not None and grounding.get(chosen) is False:

@@ -21,7 +21,7 @@ from ..errors import ConfigError, MissingExtra
 from ..ports import ChatMessage, LLMDelta, LLMRequest, ToolSchema
 from ._kvcache import ConversationCache
 from ._chatformat import ChatFormat, format_for, read_gguf_metadata
-from ._which import IRREVERSIBLE_MARGIN, WHICH_MODES
+from ._which import ARGUMENT_LEAD, IRREVERSIBLE_MARGIN, WHICH_MODES
 from ._gate import CALIBRATED
 from ._llama_engine import ChatEngine, RequestStats, llama_format
 from ._paths import model_file
@@ -124,6 +124,10 @@ class LlamaLLM:
             irreversible tool's example (hang up, transfer) than to every other candidate's,
             small talk's included, for the gate to pick it (default 0.05;
             :func:`._which.clear_pick`; 0 turns it off).
+        argument_lead: when the caller said every typed argument of some tools (an order
+            number; a weekday and a time), how much nearer (cosine) another tool's example must
+            lie than theirs for the gate to pick it instead (default 0.15;
+            :func:`._which.said_pick`; 0 turns it off).
         tools_in_prompt: list the tools in the conversation's system prompt (default None: in
             every tool mode but ``"gate"``, whose gate has a prompt of its own; see ChatEngine).
         max_tool_calls: most calls in one assistant message (default 1).
@@ -167,7 +171,8 @@ class LlamaLLM:
                  tool_which: str = "examples", grounded_replies: bool = True,
                  facts_first: bool = True, tools_in_prompt: bool | None = None,
                  embed_model: str | Path | None = None, ask_missing: bool = True,
-                 irreversible_margin: float = IRREVERSIBLE_MARGIN) -> None:
+                 irreversible_margin: float = IRREVERSIBLE_MARGIN,
+                 argument_lead: float = ARGUMENT_LEAD) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -206,7 +211,8 @@ class LlamaLLM:
                                  embed=self._embed, tool_which=self.tool_which,
                                  grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt, ask_missing=ask_missing,
-                                 irreversible_margin=irreversible_margin)
+                                 irreversible_margin=irreversible_margin,
+                                 argument_lead=argument_lead)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
         self._lock = threading.Lock()
 

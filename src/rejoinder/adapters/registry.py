@@ -50,6 +50,7 @@ class LlamaOptions(BaseModel):
     facts_first: bool = True  # …and their first sentence says the result's fact words (_grounded)
     ask_missing: bool = True  # a tool request without its typed argument gets one question (_ask)
     irreversible_margin: float = Field(0.05, ge=0)  # clear lead for hang-up/transfer (_which)
+    argument_lead: float = Field(0.15, ge=0)  # lead over a tool whose typed arguments were said
     tools_in_prompt: bool | None = None  # list the tools in the prompt (None: not in gate mode)
     embed_model: str | None = None  # GGUF of the tool chooser's embeddings (None: model_path)
     max_tool_calls: int = Field(1, ge=1)
