@@ -146,7 +146,6 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         ConfigError: the agent has no tools, or no examples (see :func:`choose_threshold`).
     """
     from .adapters._gate import DEFAULT_TALK_EXAMPLES, LabelGate
-    from .adapters._ask import missing_arguments
     from .adapters._which import ExampleMatcher
 
     tools = tuple(t.schema for t in agent.tools.values())
@@ -154,7 +153,7 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         raise ConfigError(f"agent {agent.name!r} has no tools: there is nothing to calibrate")
     talk = (*DEFAULT_TALK_EXAMPLES, *agent.llm.talk_examples)
     engine = getattr(llm, "engine", None)
-    decides = engine is not None and engine.gates(LLMRequest((ChatMessage("user", "?"),), tools=tools))
+    decides = getattr(engine, "tool_mode", None) == "gate"
     embed = engine.embed if decides and engine.which == "examples" else None
     vectors: dict[str, Any] = {}
 
@@ -173,9 +172,7 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         matcher = ((lambda k=kept, tk=talk_kept: ExampleMatcher(embedded, k, tk))
                    if embed is not None and any(t.examples for t in kept) else None)
         s, decision = on_model_thread("llama", _score, llm, gate, messages, request, matcher)
-        pick = decision.chosen if decision else None
-        if decision is not None and pick is None and decision.ask_for:  # "what's the number?"
-            pick = next((t.name for t in kept if missing_arguments(t.parameters, say)
-                         == decision.ask_for), None)  # the tool it asks for is the one picked
+        # a question for a missing argument ("what's the order number?") picked its tool
+        pick = (decision.chosen or decision.ask_tool) if decision else None
         points.append(Scored(say, label, s.margin, s.best, pick, decision is not None))
     return choose_threshold(points, max_spurious)

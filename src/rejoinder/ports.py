@@ -132,7 +132,8 @@ class ToolDecision:
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
     number alone), which is called. ``ask_for``: when the agent talks because the best tool's
     typed arguments were not said, how those arguments are named ("order number"): the reply
-    is then one question for them (:mod:`rejoinder.adapters._ask`). ``set_aside``: irreversible
+    is then one question for them (:mod:`rejoinder.adapters._ask`), and ``ask_tool`` is the
+    tool they are for. ``set_aside``: irreversible
     tools whose example was nearest but not clearly (:func:`rejoinder.adapters._which.clear_pick`),
     so the choice was made among the rest."""
 
@@ -145,6 +146,7 @@ class ToolDecision:
     similarity: dict[str, float] | None = None
     ask_for: tuple[str, ...] = ()
     set_aside: tuple[str, ...] = ()
+    ask_tool: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {"chosen": self.chosen, "margin": round(self.margin, 3),
@@ -154,6 +156,7 @@ class ToolDecision:
             out["similarity"] = {k: round(v, 3) for k, v in self.similarity.items()}
         if self.ask_for:
             out["ask_for"] = list(self.ask_for)
+            out["ask_tool"] = self.ask_tool
         if self.set_aside:
             out["set_aside"] = list(self.set_aside)
         return out

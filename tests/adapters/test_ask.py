@@ -64,6 +64,7 @@ async def test_a_lookup_without_its_number_gets_one_question_for_it(gate_llm):
     assert (decision.chosen, decision.which, decision.ask_for) == (None, "grounding",
                                                                    ("4-digit order number",))
     assert decision.as_dict()["ask_for"] == ["4-digit order number"]
+    assert decision.ask_tool == "lookup_order" and decision.as_dict()["ask_tool"] == "lookup_order"
     assert not any(isinstance(x, ToolCall) for x in out)
     assert text.startswith(("Could you ", "Can you ", "What is ", "What's ", "Which "))
     assert text.endswith("?") and text.count("?") == 1 and "number" in text.lower(), text

@@ -141,6 +141,7 @@ def test_decision_records_what_picked_the_tool():
     assert d.as_dict()["set_aside"] == ["b"]
     assert "similarity" not in ToolDecision(None, {}, 0.0, 1.0).as_dict()
     assert "set_aside" not in ToolDecision(None, {}, 0.0, 1.0).as_dict()
+    assert "ask_tool" not in ToolDecision(None, {}, 0.0, 1.0).as_dict()
 
 
 def test_an_unknown_which_mode_names_the_choices():

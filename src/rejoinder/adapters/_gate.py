@@ -65,6 +65,9 @@ DEFAULT_TALK_EXAMPLES: tuple[str, ...] = (
 #: Thresholds calibrated for models that ship with rejoinder (model file stem → threshold), on
 #: the reference support agent's tool examples and the default talk examples
 #: (``rejoinder calibrate``); other models and agents re-calibrate with that command.
+#: Qwen2.5-Coder-1.5B-Instruct Q4_K_M is the file ``bench/qwen_gguf.py 1.5b`` assembles (pinned by
+#: its sha256 there): 4.77 keeps the support agent's talk examples at 0 spurious calls, right
+#: tool 90 % leave-one-out (`rejoinder calibrate --llm-model …`, 2026-12-02).
 #: SmolLM2-135M: 4.5. Re-run on 2026-12-05 with the calibration deciding as the runtime does
 #: (the nearest example, small talk competing) the command prints 4.32, just over "Could you
 #: order me a pizza?" (margin 4.30, which the leave-one-out matcher sends to

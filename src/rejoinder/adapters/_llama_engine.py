@@ -593,7 +593,7 @@ class ChatEngine:
             ask = missing_arguments(tool.parameters, self._caller_said(request),
                                     self._caller_before(request))
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
-                            threshold, source, which, sims, ask, aside)
+                            threshold, source, which, sims, ask, aside, vetoed if ask else None)
 
     def confirm_matcher(self, tool: str) -> ExampleMatcher:
         """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of
