@@ -130,7 +130,9 @@ class ToolDecision:
     ``"grounding"``: the best label's tool needs an argument the caller did not say (an order
     number), so the best-scoring tool that does not, or none: the agent talks); ``"value"``: the
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
-    number alone), which is called. ``ask_for``: when the agent talks because the best tool's
+    number alone), which is called; ``"said"``: the gate said talk, but the caller said every
+    typed argument of a tool (an order number inside a self-correction) and that tool's example
+    lies nearest, small talk competing, so it is called. ``ask_for``: when the agent talks because the best tool's
     typed arguments were not said, how those arguments are named ("order number"): the reply
     is then one question for them (:mod:`rejoinder.adapters._ask`), and ``ask_tool`` is the
     tool they are for. ``set_aside``: irreversible

@@ -9,10 +9,14 @@ preallocated buffer (no per-frame allocation), and applies hysteresis:
   sample, to window resolution);
 * pause: ``pause_ms`` of consecutive windows with p < ``neg_threshold``; the reported time is the
   end of the last voiced window;
-* after ``reset_after_ms`` of such silence the model's recurrent state is reset once (until the
-  next speech): Silero's state after seconds of background babble damps the next word — the first
-  digit read 2.5 s after the reference suite's babble (40 dB down) peaks at p 0.6 instead of
-  0.88 and can be missed (``tests/adapters/test_stt_confidence.py``); a fresh state hears it.
+* every ``reset_after_ms`` of such silence the model's recurrent state is reset: Silero's state
+  after seconds of background babble damps the next word — the first digit read 2.5 s after the
+  reference suite's babble (40 dB down) peaks at p 0.6 instead of 0.88 and can be missed
+  (``tests/adapters/test_stt_confidence.py``); a fresh state hears it. Long *digital* silence
+  does the same: after the 20 s a caller waits through a long reply, the reset 19 s earlier no
+  longer helps, and Silero v6 heard neither of the first two digits of the held-out "8 8 1 4"
+  read in real speech (the transcript became "8, 1, 4."), so the reset repeats for as long as
+  the silence lasts (one state reset per second of silence: nothing on the frame path).
 
 Frames may be float32 in [-1, 1] or int16 PCM (scaled by 1/32768 once per window, not per frame).
 A VAD that batches across calls (:mod:`rejoinder.adapters.silero_batch`: it has ``submit``) is
@@ -153,11 +157,10 @@ class VadTracker:
         if (p >= self.neg_threshold or p >= self.threshold or self._run_start is not None
                 or self.speaking):
             return False
-        if self._silent_ms >= 0.0:
-            self._silent_ms += self.window_ms
-            if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
-                self.vad.reset()  # once per silence: -1 marks "already reset"
-                self._silent_ms = -1.0
+        self._silent_ms += self.window_ms
+        if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
+            self.vad.reset()  # and again after another reset_after_ms of silence
+            self._silent_ms = 0.0
         return True
 
     def _judge(self, p: float, start_ms: float, out: list[VadSignal]) -> None:
@@ -166,12 +169,12 @@ class VadTracker:
         end_ms = start_ms + self.window_ms
         if p >= self.neg_threshold:
             self._silent_ms = 0.0
-        elif self._silent_ms >= 0.0:
+        else:
             self._silent_ms += self.window_ms
             if (self.reset_after_ms is not None and not self.speaking
                     and self._silent_ms >= self.reset_after_ms):
-                self.vad.reset()  # once per silence: -1 marks "already reset"
-                self._silent_ms = -1.0
+                self.vad.reset()  # and again after another reset_after_ms of silence
+                self._silent_ms = 0.0
         if p >= self.threshold:
             self._last_voiced_end = end_ms
             if self._run_start is None:

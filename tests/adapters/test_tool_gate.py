@@ -109,15 +109,18 @@ async def test_gate_talks_below_threshold_and_never_speaks_markup(gate_llm):
     assert text.strip() and "<tool_call>" not in text
 
 
-async def test_an_order_number_alone_is_looked_up_when_the_margin_says_talk(gate_llm):
+async def test_an_order_number_is_looked_up_when_the_margin_says_talk(gate_llm):
     out = await _run(gate_llm, _req("5566.", tool_threshold=1e6))
     d = out[0]
     assert isinstance(d, ToolDecision) and d.margin < 1e6
     assert d.chosen == "lookup_order" and d.which == "value"
     calls = [x for x in out if isinstance(x, ToolCall)]
     assert [(c.name, c.arguments) for c in calls] == [("lookup_order", {"order_id": "5566"})]
-    # with other words the margin decides
+    # with other words the nearest example decides, small talk competing (which "said")
     out = await _run(gate_llm, _req("Is 5566 your number?", tool_threshold=1e6))
+    assert out[0].chosen == "lookup_order" and out[0].which == "said"
+    out = await _run(gate_llm, _req("Ha, 5566 is my lucky number. Anyway, thanks, bye!",
+                                    tool_threshold=1e6))
     assert out[0].chosen is None and not any(isinstance(x, ToolCall) for x in out)
 
 

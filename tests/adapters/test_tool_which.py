@@ -4,6 +4,8 @@ agent's tools, where the label ranking picks the wrong tool for a request for a 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -270,3 +272,24 @@ def test_a_transfer_without_a_clear_lead_is_set_aside_with_the_real_model(llama_
     assert (clear.chosen, clear.which, clear.set_aside) == ("transfer_to_human", "examples", ())
     assert unclear.chosen != "transfer_to_human" and unclear.set_aside == ("transfer_to_human",)
     assert "set_aside" in unclear.as_dict() and unclear.margin == pytest.approx(clear.margin)
+
+
+@pytest.mark.parametrize("say, want", [
+    ("It's 7, 7, 3, 1, sorry, 7, 7, 1, 3.", "lookup_order"),
+    ("Could you move my haircut to Monday at 11? Sorry, Tuesday at 11.", "reschedule_appointment"),
+    ("Thanks so much, see you Friday at 2!", None),
+])
+def test_under_the_threshold_the_values_said_call_their_tool_when_its_example_is_nearest(
+        llama_llm, say, want):
+    """The gate held to talk (a request threshold no margin reaches): a tool whose typed
+    arguments were all said is still called when its example lies nearest with small talk
+    competing (``which="said"``); a farewell that names a day and a time stays talk. Wordings
+    written for this test."""
+    req = replace(_request(say), tool_threshold=50.0)
+    decision = llama_llm.engine.decide(req)
+    assert decision.margin < decision.threshold
+    assert decision.chosen == want
+    if want is not None:
+        assert decision.which == "said"
+        assert max(decision.similarity, key=decision.similarity.get) == want
+        assert TALK in decision.similarity

@@ -587,6 +587,16 @@ class ChatEngine:
             alone = value_alone(request.callable_tools(), self._caller_said(request))
             if alone is not None:
                 chosen, which = alone, "value"
+        if (chosen is None and which == "labels" and said_all and request.confirming is None
+                and matcher is not None and matcher.covers(cands)):
+            # under the threshold, but the caller said every typed argument of a tool: called
+            # when that tool's example lies nearest, small talk competing
+            picked, near = matcher.choose(self._caller_said(request), cands, talk=True)
+            strict = [t.name for t in request.tools if t.irreversible]
+            if picked in strict:
+                picked, aside = clear_pick(near, strict, self.irreversible_margin)
+            if picked in said_all:
+                chosen, which, sims = picked, "said", near
         ask: tuple[str, ...] = ()
         if chosen is None and vetoed is not None and self.ask_missing:  # a question for it
             tool = next(t for t in request.tools if t.name == vetoed)
