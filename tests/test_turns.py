@@ -279,3 +279,32 @@ def test_vad_state_is_reset_after_every_second_of_silence():
         return Counting.resets, kinds.count("onset")
     assert run(1000) == (2, 2)   # 2.5 s of silence: two resets; 0.5 s after the last word: none
     assert run(None) == (0, 2)
+
+
+def test_a_turn_answering_a_question_for_a_number_waits_for_its_first_transcript():
+    """Smart Turn is sure (0.95) at the pause after the first digit of "8 8 1 4": after the
+    agent asked for the order number, that pause waits for the transcript, which shows a number
+    still open and holds the turn; without the question the model alone commits at once."""
+    from rejoinder.dictation import asks_for_number
+    asked = "Can you please provide the order number for the item?"
+    assert asks_for_number(asked)
+    assert asks_for_number("Sure. What's your zip code?")
+    assert not asks_for_number("Which appointment would you like to move?")  # no number
+    assert not asks_for_number("Your order 4217 shipped on Friday.")  # not a question
+    assert not asks_for_number("What's the order number? I can look it up then.")  # last sentence
+    for expect, want in ((False, [Commit(1, "model", 0.95, 400)]), (True, [])):
+        t = TurnTaker()
+        t.expect_number = expect
+        assert t.speech_onset(0, 64) == [OpenTurn(1, 0)]
+        t.speech_pause(400, 500)
+        assert t.eot_result(1, 0.95, 510) == want
+    # the transcript "8" is a number still open: the turn holds for the rest of the digits
+    assert t.transcript_result(1, False, True, 560) == []
+    assert t.next_deadline() == 400 + t.policy.digit_hold_ms
+    # an answer that is no number commits on its transcript
+    t = TurnTaker()
+    t.expect_number = True
+    t.speech_onset(0, 64)
+    t.speech_pause(900, 1000)
+    assert t.eot_result(1, 0.95, 1010) == []
+    assert t.transcript_result(1, True, False, 1080) == [Commit(1, "model", 0.95, 900)]

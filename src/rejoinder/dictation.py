@@ -161,6 +161,20 @@ def number_open(text: str, context: str = "", policy: NumberPolicy | None = None
     return n not in {sum(g) for g in groupings}
 
 
+def asks_for_number(agent_said: str, policy: NumberPolicy | None = None) -> bool:
+    """Whether ``agent_said`` (the agent's last words) ends with a question asking for a kind of
+    number: its last sentence ends in "?", names a format's context word and says "number",
+    "code" or "digits" ("Can you please provide the order number?", "What's your zip code?";
+    not "Which appointment would you like to move?" nor "Order 4217 shipped on Friday.")."""
+    sentences = [x for x in re.split(r"(?<=[.!?])\s+", agent_said.strip()) if x]
+    if not sentences or not sentences[-1].endswith("?"):
+        return False
+    words = tuple(_TOKEN.findall(sentences[-1].lower()))
+    if not {"number", "code", "digits"} & set(words):
+        return False
+    return _format_for(words, policy or NumberPolicy()) is not None
+
+
 def dictated_digits(text: str) -> int:
     """How many digits ``text`` ends with (0 when it does not end in a number)."""
     num = trailing_number(text)

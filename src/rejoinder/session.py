@@ -49,6 +49,7 @@ from .tools import CallContext
 from .turnrun import TurnRuns
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
                     Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
+from .dictation import asks_for_number
 from .turntext import digit_group, judge_pause, lost_ending, number_still_open
 from .vad import VadTracker
 
@@ -582,6 +583,7 @@ class Session:
                                 cut=interrupted)
             self._prefill_next()
         self._agent_said = heard if interrupted else (reply.full_text if reply else heard)
+        self.taker.expect_number = asks_for_number(self._agent_said, self.policy.numbers)
         if not interrupted:
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))

@@ -24,7 +24,9 @@ Policy (defaults in :class:`TurnPolicy`):
   - the end-of-turn model's probability ≥ ``eot_confident`` (0.9): at once, at the short pause;
     ≥ ``eot_threshold`` (0.5): once the silence reaches ``pause_ms`` (160 ms) or the transcript
     reads complete (``"model"``) — but never on the model alone while the turn's last transcript
-    ended in a number still being read out (:mod:`rejoinder.dictation`);
+    ended in a number still being read out (:mod:`rejoinder.dictation`), nor before the first
+    transcript of a turn that answers the agent's question for a number ("What's the order
+    number?": Smart Turn was 0.95 sure at the pause after the first digit of "8 8 1 4");
   - the speculative transcript reads complete (terminal punctuation, a closed phrase; not a
     trailing "and"/"the", not mid-number: :mod:`rejoinder.completeness`) and the model's
     probability ≥ ``eot_text_threshold``, or the transcript is *decisive* (ends with a question
@@ -264,6 +266,10 @@ class TurnTaker:
         self._text_known = False  # the current pause's transcript has arrived
         self._dangling = False  # ... and it ends mid-phrase ("and", "my", "…")
         self._dictating = False  # the turn's last transcript ended in a number being read out
+        #: the agent's last words asked for a number (:func:`rejoinder.dictation.asks_for_number`,
+        #: set by the session): the next turn starts as if dictating, so the model alone does
+        #: not end it at the first digit's pause before the transcript has shown the number
+        self.expect_number = False
         self._commit_reason: str | None = None
         self._noise: str | None = None  # the current pause's transcript is only noise
         self._idle_since: float | None = None  # when the caller's silence started to count
@@ -524,7 +530,7 @@ class TurnTaker:
         self.turn_id += 1
         self.state = State.USER_SPEAKING
         self._ends_in_digit = False
-        self._dictating = False
+        self._dictating = self.expect_number
         self._commit_reason = None
         return [OpenTurn(self.turn_id, at_ms)]
 

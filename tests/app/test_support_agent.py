@@ -152,12 +152,19 @@ def test_the_tools_the_llm_sees():
                             "cancel_appointment", "transfer_to_human", "end_call"}
     assert schemas["lookup_order"].parameters == {
         "type": "object", "additionalProperties": False, "required": ["order_id"],
-        "properties": {"order_id": {"type": "string", "pattern": "^[0-9]([, -]{0,2}[0-9]){3}$",
+        "properties": {"order_id": {"type": "string", "pattern": "^[0-9]([,. -]{0,2}[0-9]){3}$",
                                     "description": "the order number as the caller said it "
                                                    "(four digits)."}}}
     # the spoken forms the LLM may copy from the transcript all reach the tool as four digits
     assert [support.lookup_order.parse({"order_id": v})["order_id"]
-            for v in ("4217", "4, 2, 1, 7", "4 2 1 7", "4-2-1-7", "four two one seven")] == ["4217"] * 5
+            for v in ("4217", "4, 2, 1, 7", "4 2 1 7", "4-2-1-7", "four two one seven",
+                      "4, 2, 1. 7")] == ["4217"] * 6
+    # digits parted by a sentence's full stop (Whisper at a longer pause) are one order number
+    from rejoinder.adapters._toolcall import grounded_values
+    order = schemas["lookup_order"].parameters["properties"]["order_id"]
+    assert grounded_values(order, "Yeah, it's... 5, 0, 3. One.") == ["5, 0, 3. 1"]
+    assert grounded_values(order, "They ordered numbers. Two, four, five. 9") == ["2, 4, 5. 9"]
+    assert grounded_values(order, "It was 2 p.m. 4 days ago.") == []
     move = schemas["reschedule_appointment"].parameters
     assert move["required"] == ["day", "time"]
     assert move["properties"]["day"]["enum"] == ["Monday", "Tuesday", "Wednesday", "Thursday",

@@ -83,7 +83,9 @@ def _weekday(value: Any) -> Any:
 # digits itself: SmolLM2-135M wrote 4234 or 1234 for "4, 2, 1, 7." under a four-digit pattern.
 # All seven days, so a weekend request reaches the tool and hears the opening hours instead of
 # being bent into a weekday. A 24-hour time pattern did worse, so the time stays free text.
-OrderNumber = Annotated[str, Field(pattern=r"^[0-9]([, -]{0,2}[0-9]){3}$"),
+# A full stop may part two digits: Whisper ends a sentence at a caller's longer pause inside the
+# number ("Yeah, it's... 5, 0, 3. One.", "Two, four, five. 9" in stored suite runs of 2026-12-05).
+OrderNumber = Annotated[str, Field(pattern=r"^[0-9]([,. -]{0,2}[0-9]){3}$"),
                         BeforeValidator(lambda v: _digits(str(v)))]
 Weekday = Annotated[Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
                             "Sunday"], BeforeValidator(_weekday)]
