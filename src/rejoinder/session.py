@@ -585,6 +585,7 @@ class Session:
         self._agent_said = heard if interrupted else (reply.full_text if reply else heard)
         self.taker.expect_number = asks_for_number(self._agent_said, self.policy.numbers)
         if not interrupted:
+            self.tracker.reset_model()  # a fresh VAD state for the caller's answer (vad.py)
             # the caller hears the end a transport's lag later: the idle timer starts then
             self._perform(self.taker.agent_done(audio.turn_id, self.st.now() + self._lag_ms))
             self._try_follow_up()

@@ -107,9 +107,8 @@ class TurnPolicy(BaseModel):
                                      "window is silence (hysteresis; ≤ vad_threshold)")
     min_speech_ms: float = Field(64, ge=0, description="voiced time before a VAD onset counts "
                                  "(shorter clicks and bursts are ignored)")
-    vad_reset_ms: float | None = Field(1000, gt=0, description="the VAD model's state is reset "
-                                       "after every this much silence (None: never; "
-                                       "rejoinder.vad)")
+    vad_reset_ms: float | None = Field(1000, gt=0, description="silence after which the VAD "
+                                       "model's state is reset (None: never; rejoinder.vad)")
     early_pause_ms: float = Field(96, ge=0, description="VAD silence (the first short pause) at "
                                   "which the turn so far is transcribed and the end-of-turn model "
                                   "asked")

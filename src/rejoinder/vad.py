@@ -9,14 +9,18 @@ preallocated buffer (no per-frame allocation), and applies hysteresis:
   sample, to window resolution);
 * pause: ``pause_ms`` of consecutive windows with p < ``neg_threshold``; the reported time is the
   end of the last voiced window;
-* every ``reset_after_ms`` of such silence the model's recurrent state is reset: Silero's state
-  after seconds of background babble damps the next word — the first digit read 2.5 s after the
-  reference suite's babble (40 dB down) peaks at p 0.6 instead of 0.88 and can be missed
-  (``tests/adapters/test_stt_confidence.py``); a fresh state hears it. Long *digital* silence
-  does the same: after the 20 s a caller waits through a long reply, the reset 19 s earlier no
-  longer helps, and Silero v6 heard neither of the first two digits of the held-out "8 8 1 4"
-  read in real speech (the transcript became "8, 1, 4."), so the reset repeats for as long as
-  the silence lasts (one state reset per second of silence: nothing on the frame path).
+* after ``reset_after_ms`` of such silence the model's recurrent state is reset once (until the
+  next speech): Silero's state after seconds of background babble damps the next word — the first
+  digit read 2.5 s after the reference suite's babble (40 dB down) peaks at p 0.6 instead of
+  0.88 and can be missed (``tests/adapters/test_stt_confidence.py``); a fresh state hears it.
+  Long *digital* silence ages it too: after the 20 s a caller listens to a long reply, a state
+  reset 19 s earlier missed both 8s of the held-out "8 8 1 4" read in real speech (aged 4 s it
+  still heard them, aged 6 s not). So the session also resets it when a reply has finished
+  playing (:meth:`VadTracker.reset_model`), the moment before a caller usually speaks. Resetting
+  after *every* second of silence was tried and dropped: the bundled call then lost its first
+  digit ("2, 1, 7.") in one call of each of two 10-call runs (``bench/v2v.py``, 2026-12-05),
+  most likely a reset landing on the word's first windows, which delays its onset past the
+  session's pre-roll.
 
 Frames may be float32 in [-1, 1] or int16 PCM (scaled by 1/32768 once per window, not per frame).
 A VAD that batches across calls (:mod:`rejoinder.adapters.silero_batch`: it has ``submit``) is
@@ -151,16 +155,24 @@ class VadTracker:
         self._buf[:len(kept)] = kept / self._scale
         self._fill, self._pos = len(kept), 0
 
+    def reset_model(self) -> None:
+        """Reset the VAD model's recurrent state now (the session calls it when a reply has
+        finished playing), unless speech is starting or going on; the once-per-silence reset
+        after ``reset_after_ms`` is unaffected."""
+        if not self.speaking and self._run_start is None:
+            self.vad.reset()
+
     def _silence_goes_on(self, p: float) -> bool:
         """A silent window while no speech is starting or going on: only the reset count moves
         (what :meth:`_judge` would do, without its signal list). False: judge the window."""
         if (p >= self.neg_threshold or p >= self.threshold or self._run_start is not None
                 or self.speaking):
             return False
-        self._silent_ms += self.window_ms
-        if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
-            self.vad.reset()  # and again after another reset_after_ms of silence
-            self._silent_ms = 0.0
+        if self._silent_ms >= 0.0:
+            self._silent_ms += self.window_ms
+            if self.reset_after_ms is not None and self._silent_ms >= self.reset_after_ms:
+                self.vad.reset()  # once per silence: -1 marks "already reset"
+                self._silent_ms = -1.0
         return True
 
     def _judge(self, p: float, start_ms: float, out: list[VadSignal]) -> None:
@@ -169,12 +181,12 @@ class VadTracker:
         end_ms = start_ms + self.window_ms
         if p >= self.neg_threshold:
             self._silent_ms = 0.0
-        else:
+        elif self._silent_ms >= 0.0:
             self._silent_ms += self.window_ms
             if (self.reset_after_ms is not None and not self.speaking
                     and self._silent_ms >= self.reset_after_ms):
-                self.vad.reset()  # and again after another reset_after_ms of silence
-                self._silent_ms = 0.0
+                self.vad.reset()  # once per silence: -1 marks "already reset"
+                self._silent_ms = -1.0
         if p >= self.threshold:
             self._last_voiced_end = end_ms
             if self._run_start is None:
