@@ -14,6 +14,11 @@ Each prompt is decoded by both samplers in alternation (A B B A …), ``--rounds
 per kind: ms per generated token (median over prompts of each prompt's median), the ratio, and
 how many outputs are token-for-token identical (greedy: they must all be).
 
+A third kind, **grounded reply, trie vs flat**, decodes the reply grammar the engine builds (its
+facts first, :func:`rejoinder.adapters._grounded.reply_facts`) top-k first twice: with the
+allowed words written as a trie (:func:`rejoinder.adapters._grounded.alternation`, the default)
+and as one flat alternation of every word (before 2026-12-05), same language.
+
     .venv/bin/python bench/grammar_sampling.py [--rounds 3] [--max-tokens 40] [--json]
 """
 
@@ -24,8 +29,9 @@ import json
 import statistics
 import time
 
+from rejoinder.adapters import _grounded
 from rejoinder.adapters._fastgrammar import GrammarMask
-from rejoinder.adapters._grounded import reply_grammar, reply_vocabulary
+from rejoinder.adapters._grounded import reply_facts, reply_grammar, reply_vocabulary
 from rejoinder.adapters._toolcall import call_grammar
 from rejoinder.adapters.llama_llm import LlamaLLM
 from rejoinder.app.support import agent
@@ -69,6 +75,17 @@ def _decode(llm, tokens, gbnf: str, fast: bool, max_tokens: int) -> tuple[list[i
     return out, dt / max(1, len(out) - 1) * 1000
 
 
+def _flat_reply_grammar(words, phrases, facts) -> str:
+    """The reply grammar with each word list as one flat alternation (the language is the same)."""
+    trie = _grounded.alternation
+    _grounded.alternation = lambda pieces: " | ".join(
+        _grounded._literal(p) for p in sorted(pieces, key=lambda p: (-len(p), p)))
+    try:
+        return reply_grammar(words, phrases, facts=facts)
+    finally:
+        _grounded.alternation = trie
+
+
 def main(rounds: int, max_tokens: int) -> dict:
     llm = LlamaLLM(tool_mode="lazy")
     engine = llm.engine
@@ -82,6 +99,9 @@ def main(rounds: int, max_tokens: int) -> dict:
         words, phrases = reply_vocabulary(msgs)
         prompt = engine.prompt(LLMRequest(msgs, tools=tools))
         cases.append(("grounded reply", prompt, reply_grammar(words, phrases)))
+        facts = reply_facts(msgs)
+        cases.append(("trie vs flat", prompt, (reply_grammar(words, phrases, facts=facts),
+                                               _flat_reply_grammar(words, phrases, facts))))
         req = LLMRequest(msgs[:3], tools=tools)
         cases.append(("tool call", engine.prompt(req) + engine.format.call_open,
                       call_grammar(tools, "required", 1)))
@@ -94,7 +114,10 @@ def main(rounds: int, max_tokens: int) -> dict:
         for r in range(rounds):
             order = (True, False) if r % 2 == 0 else (False, True)
             for fast in order:
-                toks, ms = _decode(llm._llm, tokens, gbnf, fast, max_tokens)
+                if kind == "trie vs flat":  # both top-k first: the trie (A), the flat words (B)
+                    toks, ms = _decode(llm._llm, tokens, gbnf[0 if fast else 1], True, max_tokens)
+                else:
+                    toks, ms = _decode(llm._llm, tokens, gbnf, fast, max_tokens)
                 per["top-k first" if fast else "whole vocabulary"].append(ms)
                 outs.setdefault(fast, toks)
         for k, v in per.items():
@@ -105,6 +128,10 @@ def main(rounds: int, max_tokens: int) -> dict:
     report = {}
     for kind, arms in rows.items():
         a, b = statistics.median(arms["top-k first"]), statistics.median(arms["whole vocabulary"])
+        if kind == "trie vs flat":
+            report[kind] = {"trie_ms_per_token": round(a, 2), "flat_ms_per_token": round(b, 2),
+                            "ratio": round(a / b, 3), "identical": f"{same[kind][0]}/{same[kind][1]}"}
+            continue
         report[kind] = {"top_k_first_ms_per_token": round(a, 2), "whole_vocab_ms_per_token": round(b, 2),
                         "ratio": round(a / b, 3), "identical": f"{same[kind][0]}/{same[kind][1]}"}
     return report
@@ -121,5 +148,9 @@ if __name__ == "__main__":
         print(json.dumps(rep, indent=2))
     else:
         for kind, r in rep.items():
+            if "trie_ms_per_token" in r:
+                print(f"{kind:15s} trie {r['trie_ms_per_token']:6.2f} ms/token · flat words "
+                      f"{r['flat_ms_per_token']:6.2f} ms/token · ratio {r['ratio']:.3f} · identical {r['identical']}")
+                continue
             print(f"{kind:15s} top-k first {r['top_k_first_ms_per_token']:6.2f} ms/token · whole vocabulary "
                   f"{r['whole_vocab_ms_per_token']:6.2f} ms/token · ratio {r['ratio']:.3f} · identical {r['identical']}")

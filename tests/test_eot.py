@@ -561,7 +561,7 @@ async def test_a_confident_commit_inside_a_number_is_retracted_not_a_cut_off():
 
 async def test_the_text_reading_a_tool_rounds_results_starts_with_a_short_first_chunk():
     # the same run-on clause: as a reply's own first chunk it may hold 10 words; read after a
-    # tool round (the caller has waited through it) the first chunk holds at most 6
+    # tool round (the caller has waited through it) the first chunk holds at most AFTER_TOOLS_FIRST_WORDS (4)
     from rejoinder.reply import AFTER_TOOLS_FIRST_WORDS
     text = ("The wireless headphones of order 4217 were shipped on Friday and should arrive "
             "on Wednesday.")

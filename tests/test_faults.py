@@ -368,7 +368,7 @@ async def test_a_reply_that_cannot_be_synthesised_is_answered_with_the_spoken_re
     assert res.context[-1].role == "assistant" and "trouble" in res.context[-1].content
 
 
-async def test_warmup_renders_the_spoken_recovery_and_opens_sockets():
+async def test_warmup_renders_the_spoken_recovery_opens_sockets_and_warms_the_stt():
     from rejoinder.runtime import warm_ports
 
     clock = VirtualClock()
@@ -380,10 +380,11 @@ async def test_warmup_renders_the_spoken_recovery_and_opens_sockets():
             opened.append("tts")
 
     stack.tts = Connecting(clock, ttfb_ms=0)
+    stack.stt.warmup = lambda: opened.append("stt decoded")  # (WhisperSTT's first decode)
     task = asyncio.ensure_future(warm_ports(stack))
     await clock.advance(100)
     await task
-    assert opened == ["tts"]
+    assert opened == ["tts", "stt decoded"]
     assert stack.recovery_audio is not None and len(stack.recovery_audio) > 16000  # > 1 s
 
 

@@ -234,12 +234,14 @@ RUN_DRY_MS = 600.0
 #: the first-chunk budget (words, characters) of the text that reads a tool round's results
 #: (:class:`~rejoinder.text.SpeakableChunker` ``first_max_words``/``first_max_chars``; a reply's
 #: own first chunk has 10 and 60). The caller has already waited through the round (or heard a
-#: filler and is waiting on): six words are about 2 s of speech, enough to cover the rest of the
-#: clause's generation and synthesis, and Piper's time to first audio grows with the characters.
-#: Measured on the bundled call's order lookup (bench/v2v.py, 2-core CPU): the first chunk
-#: "The wireless headphones of order 4217 were shipped on Friday," held the answer about 330 ms
-#: of decoding and 280–400 ms of synthesis after the results were read.
-AFTER_TOOLS_FIRST_WORDS = 6
+#: filler and is waiting on): four words are about 1.3 s of speech, more than the rest of the
+#: sentence's generation (≈ 20 tokens at 11–14 ms) and synthesis, and Piper's time to first
+#: audio grows with the characters. The cut waits for the word that crosses the budget, so each
+#: word less is one to two tokens sooner. Measured on the bundled call's order lookup
+#: (2-core CPU, 2026-12-05): the first chunk "The wireless headphones of" was ready 126–152 ms
+#: after the reply's first token with 6 words (it waited for "were shipped"), 45–56 ms after it
+#: with 4.
+AFTER_TOOLS_FIRST_WORDS = 4
 AFTER_TOOLS_FIRST_CHARS = 40
 #: how often (ms, call clock) a reply that said a filler checks whether a hold phrase is due
 HOLD_POLL_MS = 30.0

@@ -31,7 +31,9 @@ from .tools import CallContext
 
 async def warm_ports(stack: Stack, phrases: Sequence[str] = ()) -> None:
     """Open the ports' sockets now (``connect()`` where an adapter has one: the Cartesia STT/TTS
-    WebSockets), so the first turn does not pay for the handshakes, and render the spoken TTS
+    WebSockets), so the first turn does not pay for the handshakes; run an in-process STT's
+    ``warmup()`` where it has one (its first decode is slow: :meth:`WhisperSTT.warmup
+    <rejoinder.adapters.whisper_stt.WhisperSTT.warmup>`), off the event loop; and render the spoken TTS
     recovery line (:data:`rejoinder.reply.RECOVERY_SPOKEN`) into ``stack.recovery_audio``
     (int16 at ``LINE_RATE``): said when a reply cannot be synthesized and no backup TTS is left.
     ``phrases`` (the filler policy's phrases and hold phrases) are rendered by the same TTS into
@@ -50,6 +52,9 @@ async def warm_ports(stack: Stack, phrases: Sequence[str] = ()) -> None:
         connect = getattr(port, "connect", None)
         if port is not None and connect is not None:
             await connect()
+    warm_stt = getattr(stack.stt, "warmup", None)
+    if warm_stt is not None:  # an in-process recogniser's first decode (WhisperSTT.warmup)
+        await asyncio.to_thread(warm_stt)
     if stack.recovery_audio is None:
         pieces = [p.pcm async for p in stack.tts.stream(RECOVERY_SPOKEN)]
         pcm = np.concatenate(pieces).astype(np.int16) if pieces else np.zeros(0, np.int16)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from rejoinder.adapters._fastgrammar import GrammarMask
-from rejoinder.adapters._grounded import (COMMON_WORDS, after_tool_result, reply_facts,
-                                          reply_grammar, reply_vocabulary)
+from rejoinder.adapters._grounded import (COMMON_WORDS, after_tool_result, alternation,
+                                          reply_facts, reply_grammar, reply_vocabulary)
 from rejoinder.ports import ChatMessage, LLMRequest, ToolCall
 
 from tool_cases import SUPPORT, TOOLS
@@ -64,6 +64,73 @@ def test_grammar_lists_each_word_capitalised_and_the_call_openers():
     for piece in ('"your"', '"Your"', '"order"', '"Order"', '"I\'m"', '"Friday, December 18"'):
         assert piece in gbnf
     assert '"i\'m"' not in gbnf  # "I" is written capitalised only
+
+
+def _as_regex(expr: str) -> str:
+    """The GBNF subset ``alternation`` writes (JSON-quoted literals, groups, ``|``, ``?``) as a
+    Python regular expression."""
+    out, i = [], 0
+    while i < len(expr):
+        c = expr[i]
+        if c == '"':
+            lit, end = json.JSONDecoder().raw_decode(expr, i)
+            out.append(re.escape(lit))
+            i = end
+            continue
+        out.append({"(": "(?:", ")": ")", "|": "|", "?": "?", " ": ""}[c])
+        i += 1
+    return "".join(out)
+
+
+def test_alternation_matches_exactly_its_pieces_as_a_trie():
+    pieces = {"a", "able", "about", "above", "I'm", "I", "Friday, December 18", "Friday",
+              'say "hi"', "4217", "42", "order"}
+    expr = alternation(pieces)
+    assert '"o" ("ut" | "ve")' in expr and expr.count("Friday") == 1  # shared prefixes, once
+    rx = re.compile(_as_regex(expr))
+    for p in pieces:
+        assert rx.fullmatch(p), p
+    for q in ("", "ab", "abl", "ables", "Able", "about ", "Frida", "Friday, December", "4",
+              "421", "42171", "orders", "I'", 'say "hi'):
+        assert not rx.fullmatch(q), q
+    assert alternation({"x"}) == '"x"'
+    with pytest.raises(ValueError, match="non-empty"):
+        alternation({"", "a"})
+
+
+def test_the_trie_grammar_accepts_the_tokens_a_flat_alternation_accepts(grounded_llm):
+    """The same words as a flat alternation and as :func:`alternation`'s trie: llama.cpp's
+    grammar takes or refuses the same real SmolLM2 tokens at every step of every probe."""
+    from llama_cpp import llama_cpp as C
+
+    llm = grounded_llm._llm
+    words, phrases = reply_vocabulary(_messages())
+    pieces = phrases | words | {w.capitalize() for w in words}
+    flat = " | ".join(json.dumps(p) for p in sorted(pieces))
+    grammars = [f'root ::= w (" " w)* "."\nw ::= {w}\n' for w in (flat, alternation(pieces))]
+
+    def steps(gbnf: str, text: str) -> list[bool]:
+        sampler = C.llama_sampler_init_grammar(llm._model.vocab, gbnf.encode(), b"root")
+        took = []
+        try:
+            for tok in llm.tokenize(text.encode(), add_bos=False, special=False):
+                arr = (C.llama_token_data * 1)(C.llama_token_data(tok, 0.0, 0.0))
+                p = C.llama_token_data_array(arr, 1, -1, False)
+                C.llama_sampler_apply(sampler, C.ctypes.byref(p))
+                took.append(arr[0].logit != float("-inf"))
+                if not took[-1]:
+                    break
+                C.llama_sampler_accept(sampler, tok)
+        finally:
+            C.llama_sampler_free(sampler)
+        return took
+
+    probes = ("Your rain jacket is still processing.", "Order 3602 is expected Friday, December 18.",
+              "The rain coat is processing.", "Your order 3603 is here.", "I'm sorry, expected arrival")
+    results = [[steps(g, t) for t in probes] for g in grammars]
+    assert results[0] == results[1]
+    assert all(results[0][0]) and all(results[0][1])  # the result's words, taken whole
+    assert not all(results[0][2]) and not all(results[0][3])  # "coat" and 3603 are not its words
 
 
 def test_facts_are_the_new_rounds_uncommon_value_words_in_order_once():

@@ -52,6 +52,34 @@ async def test_conversations_keep_their_kv_cache_when_interleaved(llama_llm):
     assert "A" not in llama_llm.cache.stats.keys or llama_llm.cache._saved.get("A") is None
 
 
+async def test_a_finished_calls_state_buffer_is_reused_by_the_next_call(llama_llm):
+    """A forgotten conversation's buffer (and the one reserved at warm-up) holds the next
+    conversation's saved state: no new memory on a call's turn, and the state restores whole."""
+    cache = llama_llm.cache
+    msgs = (SUPPORT, ChatMessage("user", "Hello, I have a question about my order."))
+    await _run(llama_llm, LLMRequest(msgs, tools=TOOLS, max_tokens=4, temperature=0.0,
+                                     cache_key="first"))
+    await _run(llama_llm, LLMRequest((ChatMessage("user", "Hi"),), max_tokens=2))  # saves "first"
+    buf = cache._saved["first"].data
+    assert len(buf) >= cache._saved["first"].size
+    llama_llm.forget("first").result(timeout=30)
+    assert "first" not in cache._saved and any(b is buf for b in cache._spare)
+    await _run(llama_llm, LLMRequest(msgs, tools=TOOLS, max_tokens=4, temperature=0.0,
+                                     cache_key="second"))
+    await _run(llama_llm, LLMRequest((ChatMessage("user", "Hi"),), max_tokens=2))
+    assert cache._saved["second"].data is buf  # the same memory, not a new buffer
+    again = msgs + (ChatMessage("assistant", "Sure."), ChatMessage("user", "It is 4217."))
+    req = LLMRequest(again, tools=TOOLS, max_tokens=2, temperature=0.0, cache_key="second")
+    before = llama_llm.engine.prompt(LLMRequest(msgs, tools=TOOLS))
+    await _run(llama_llm, req)  # restored from the reused buffer: only the new words prefilled
+    assert llama_llm.last_stats.prefilled <= _new_tokens(llama_llm, before,
+                                                         llama_llm.engine.prompt(req)) + 4
+    llama_llm.forget("second").result(timeout=30)
+    size = max(len(b) for b in cache._spare) + 1  # (spares are kept largest first, at most 4)
+    cache.reserve(size)
+    assert len(cache._spare) <= 4 and any(len(b) == size for b in cache._spare)
+
+
 async def test_keyless_requests_and_warmup_do_not_evict_a_keyed_call(llama_llm):
     """A warm-up or a request without a key saves the current call's state first."""
     import asyncio
@@ -240,3 +268,40 @@ async def test_decoding_gives_up_a_thread_while_piper_claims_a_core(llama_llm, p
     assert CORES.active == 0
     eng.fit_threads()
     assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (n, nb)
+
+
+def test_every_support_tool_has_a_grammar_llama_cpp_takes(llama_llm):
+    """The JSON-Schema converter writes a pattern's escaped dot (the ``time`` argument's
+    "p.m.") as the GBNF literal ``"\\."``, which llama.cpp's parser rejects: every argument's
+    grammar and every tool's whole-call grammar must parse, and the time grammar must take a
+    time written with dots."""
+    from llama_cpp import llama_cpp as C
+
+    from rejoinder.adapters._toolcall import call_grammar, value_grammar
+    from rejoinder.app.support import agent
+
+    vocab = llama_llm._llm._model.vocab
+
+    def parses(gbnf: str):
+        sampler = C.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+        return sampler or None
+
+    for tool in agent.tools.values():
+        sampler = parses(call_grammar((tool.schema,), "required", 1))
+        assert sampler, tool.name
+        C.llama_sampler_free(sampler)
+        for key, sub in tool.schema.parameters.get("properties", {}).items():
+            sampler = parses(value_grammar(sub, "}", lead=" "))
+            assert sampler, (tool.name, key)
+            C.llama_sampler_free(sampler)
+    time = agent.tools["reschedule_appointment"].schema.parameters["properties"]["time"]
+    sampler = parses(value_grammar(time, "}", lead=" "))
+    try:
+        for tok in llama_llm._llm.tokenize(b' "at 3 p.m."}', add_bos=False, special=False):
+            arr = (C.llama_token_data * 1)(C.llama_token_data(tok, 0.0, 0.0))
+            p = C.llama_token_data_array(arr, 1, -1, False)
+            C.llama_sampler_apply(sampler, C.ctypes.byref(p))
+            assert arr[0].logit != float("-inf"), llama_llm._llm.detokenize([tok])
+            C.llama_sampler_accept(sampler, tok)
+    finally:
+        C.llama_sampler_free(sampler)

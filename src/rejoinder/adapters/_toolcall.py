@@ -213,9 +213,18 @@ def _converter() -> Any:
                            dotall=False, raw_pattern=False)
 
 
+#: a backslash escape llama.cpp's GBNF parser does not know (it knows \n \r \t \\ \" \[ \] \x
+#: \u \U; ``\-`` and ``\^`` are left alone: unescaped they would mean a range or a negation),
+#: or an escaped backslash (kept as it is)
+_UNKNOWN_ESCAPE = re.compile(r'(\\\\)|\\([^nrt\\"xuU\[\]\-^])')
+
+
 def _tight(rules: str) -> str:
     """Pin the converter's optional whitespace to ``json.dumps`` spacing; no control characters
-    inside strings."""
+    inside strings; an escaped punctuation mark of a ``pattern`` (``\\.`` in ``"p\\.m\\."``)
+    as the mark itself: the converter writes it as the GBNF literal ``"\\."``, which llama.cpp
+    rejects ("unknown escape"), so the support agent's ``time`` argument had no grammar."""
+    rules = _UNKNOWN_ESCAPE.sub(lambda m: m.group(1) or m.group(2), rules)
     for loose, tight in ((' space ":" space', ' ": "'), ('"," space', '", "'),
                          ('"{" space', '"{"'), ('"[" space', '"["')):
         rules = rules.replace(loose, tight)

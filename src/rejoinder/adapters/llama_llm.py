@@ -43,6 +43,9 @@ __all__ = ["DEFAULT_SYSTEM", "DEFAULT_TOOL_PROMPT", "LlamaLLM", "RequestStats", 
 PAUSE_EVERY = 0
 #: The KV-state key of the warmed system turn (:meth:`LlamaLLM.warmup`).
 WARM_KEY = "warm:system"
+#: the buffer made at warm-up for the first call's conversation state, in system turns' worth
+#: (a conversation four times the system turn's tokens saves into it without new memory)
+FIRST_CALL_RESERVE = 4
 
 
 def smollm2_model_path() -> Path:
@@ -270,6 +273,8 @@ class LlamaLLM:
             self.cache.activate(cache_key)
             self._llm.reset()
             self._llm.eval(tokens)
+            # the first call's conversation state gets a buffer made now (ConversationCache.reserve)
+            self.cache.reserve(FIRST_CALL_RESERVE * self.cache.state_size())
         return len(tokens)
 
     def warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str] = ()) -> bool:
@@ -287,6 +292,11 @@ class LlamaLLM:
             self.cache.activate(gate.key)
             gate.warm(self._llm)
             self.engine.matcher_for(tuple(tools), tuple(talk_examples))  # embeds the examples
+            if self.cache.base_key is not None:
+                # the gate's state is saved now, not on the first call's first turn (its buffer
+                # is new memory: ConversationCache.reserve), and the context holds the system
+                # turn again
+                self.cache.activate(self.cache.base_key)
         return True
 
     def prefill(self, request: LLMRequest) -> Future:
