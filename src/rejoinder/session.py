@@ -33,6 +33,7 @@ from .agent import Agent
 from .audio_io import resample
 from .audioring import AudioRing
 from .conversation import Conversation, Step
+from .dictation import asks_for_number
 from .ending import CallEnder
 from .events import AgentSpeech, ErrorEvent, Recovery, TranscriptEvent, TurnDecision
 from .flow import Transfer
@@ -49,7 +50,6 @@ from .tools import CallContext
 from .turnrun import TurnRuns
 from .turns import (State, CancelReply, CheckBackchannel, Commit, EndCall, Hold, OpenTurn, Reject,
                     Reprompt, Resume, Speculate, TurnPolicy, TurnTaker)
-from .dictation import asks_for_number
 from .turntext import digit_group, judge_pause, lost_ending, number_still_open
 from .vad import VadTracker
 
