@@ -268,6 +268,27 @@ async def test_a_slow_tool_gets_a_marked_filler_and_a_shorter_longest_silence():
     assert prior["longest_silence_ms"] < quiet["longest_silence_ms"] - 300
 
 
+async def test_the_filler_is_in_the_call_message_the_llm_reads_the_results_after():
+    # the caller heard "One moment." before the results: the request that reads them carries it
+    # in the call's message, exactly as the history holds it afterwards, so the next turn's
+    # prompt extends this one's (an in-process LLM's KV state is reused, not re-evaluated)
+    async def run(latency_ms, filler=None):
+        clock = VirtualClock()
+        stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+                           calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
+        res = await run_call([turn(tone(800))], stack, slow_agent(clock, 1000, latency_ms),
+                             clock=clock, tail_ms=3000, filler=filler)
+        [reading] = [r for r in stack.llm.requests if any(m.role == "tool" for m in r.messages)]
+        return [m for m in reading.messages if m.tool_calls], [m for m in res.context if m.tool_calls]
+
+    sent, history = await run(latency_ms=1000)  # a 1 s tool: hold phrases follow the filler
+    assert sent == history and len(sent) == 1
+    assert sent[0].content.startswith("One moment. Let me check.")
+    # no filler: nothing in the call's message, as before
+    sent, history = await run(latency_ms=None, filler=FillerPolicy(reading_prior_ms=0))
+    assert [m.content for m in sent] == [""] and sent == history
+
+
 async def test_a_wait_longer_than_the_filler_gets_hold_phrases_until_the_answer():
     # a 2 s tool: "One moment." plays 400 ms; each hold phrase is sent as the audio before it has
     # 300 ms left, so the line never goes quiet long enough for the caller to take the turn
@@ -340,7 +361,7 @@ async def test_a_gate_decision_to_call_starts_the_filler_before_the_call_is_writ
     bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
     stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95)
     stack.llm = GateLLM(clock, ["It", " has", " shipped."])
-    stack.llm.reading_prior_ms = 700.0  # as LlamaLLM declares: 200 + 700 ms calls for a filler
+    stack.llm.reading_prior_ms = 700.0  # an LLM that declares 700 ms: 200 + 700 calls for a filler
     res = await run_call([turn(tone(800))], stack, slow_agent(clock, 200, 200), clock=clock,
                          tail_ms=3000, bus=bus)
     rec = res.turns[0]
@@ -452,7 +473,7 @@ async def test_an_llm_that_declares_its_reading_prior_gets_a_filler_on_its_first
     stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
                        calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
     assert expected_reading_ms(stack.llm) is None  # nothing observed, nothing declared
-    stack.llm.reading_prior_ms = 700.0  # as LlamaLLM declares
+    stack.llm.reading_prior_ms = 700.0  # an LLM that declares 700 ms
     assert expected_reading_ms(stack.llm) == 700.0
     bus = EventBus()
     said: list[SpeakableText] = []

@@ -18,6 +18,7 @@ dependency raises :class:`rejoinder.errors.MissingExtra` naming the ``pip instal
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, AsyncIterator, Literal, Protocol, Union, runtime_checkable
 
@@ -130,7 +131,8 @@ class ToolDecision:
     ``"grounding"``: the best label's tool needs an argument the caller did not say (an order
     number), so the best-scoring tool that does not, or none: the agent talks); ``"value"``: the
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
-    number alone), which is called; ``"said"``: the gate said talk, but the caller said every
+    number alone), which is called; ``"alone"``: the same message decided without scoring
+    (no ``scores``, an infinite ``margin``, recorded as null); ``"said"``: the gate said talk, but the caller said every
     typed argument of a tool (an order number inside a self-correction) and that tool's example
     lies nearest, small talk competing, so it is called. ``ask_for``: when the agent talks because the best tool's
     typed arguments were not said, how those arguments are named ("order number"): the reply
@@ -151,7 +153,8 @@ class ToolDecision:
     ask_tool: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"chosen": self.chosen, "margin": round(self.margin, 3),
+        out = {"chosen": self.chosen,
+               "margin": round(self.margin, 3) if math.isfinite(self.margin) else None,
                "threshold": round(self.threshold, 3), "source": self.source,
                "scores": {k: round(v, 3) for k, v in self.scores.items()}, "which": self.which}
         if self.similarity is not None:

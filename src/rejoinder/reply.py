@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass, field
-from typing import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from typing import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import soxr
@@ -272,12 +272,16 @@ class Reply:
                  backup_tts: TTSPort | None = None, recovery: RecoveryPolicy | None = None,
                  filler: FillerPolicy | None = None,
                  recovery_audio: np.ndarray | None = None,
-                 phrases: RenderedPhrases | None = None) -> None:
+                 phrases: RenderedPhrases | None = None,
+                 on_filler: Callable[[int, str], None] | None = None) -> None:
         """``recovery_audio``: int16 at the playout rate, rendered ahead of time (warm-up), said
         when nothing of the reply could be synthesized and there is no backup TTS left.
         ``phrases``: the filler policy's phrases rendered at warm-up by the same TTS voice
         (:mod:`rejoinder.phrases`): a filler or hold phrase found there is replayed, not
-        synthesized again."""
+        synthesized again. ``on_filler(step, phrase)``: told when a filler or hold phrase goes to
+        TTS, attributed to the LLM step ``step`` (the draft puts it in that step's call message,
+        :meth:`rejoinder.respond.Draft.filler_said`)."""
+        self.on_filler = on_filler
         self.st = st
         self.recovery_audio = recovery_audio
         self.phrases = phrases
@@ -329,7 +333,10 @@ class Reply:
             items = self._with_filler(items) if self.filler.enabled else items
             async for item in self._with_holds(items, queue):
                 if item is None:  # the answer is late: a hold phrase, a chunk of its own
-                    put(self._next_hold() + " ", "filler", step)
+                    hold = self._next_hold()
+                    put(hold + " ", "filler", step)
+                    if self.on_filler is not None:
+                        self.on_filler(step, hold)
                     self._holds_said += 1
                     continue
                 if item.source == "filler" and item.text.strip():
@@ -339,6 +346,8 @@ class Reply:
                     for chunk in chunker.flush():
                         put(chunk, source, step)
                     put(self.filler.phrases[0] + " ", "filler", step)  # the answer follows
+                    if self.on_filler is not None:
+                        self.on_filler(step, self.filler.phrases[0])
                     source = "filler"
                     self._hold_from_now()
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):

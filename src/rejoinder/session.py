@@ -502,7 +502,8 @@ class Session:
                      draft: Draft | None = None) -> None:
         reply = Reply(self.st, turn_id, self.playout, self.stack.tts, backup_tts=self.stack.backup_tts,
                       recovery=self.recovery, filler=self.filler,
-                      recovery_audio=self.stack.recovery_audio, phrases=self.stack.phrases)
+                      recovery_audio=self.stack.recovery_audio, phrases=self.stack.phrases,
+                      on_filler=draft.filler_said if draft is not None else None)
         self.turns.open(turn_id).speak(reply, user_text, steps, draft)
         try:
             await reply.speak(items)

@@ -305,3 +305,15 @@ def test_every_support_tool_has_a_grammar_llama_cpp_takes(llama_llm):
             C.llama_sampler_accept(sampler, tok)
     finally:
         C.llama_sampler_free(sampler)
+
+
+def test_the_reading_prior_scales_smollm2s_measured_wait_by_parameter_count(llama_llm):
+    from rejoinder.adapters.llama_llm import LlamaLLM, reading_prior_ms
+    from rejoinder.reply import FillerPolicy
+
+    # the bundled 135M model: its measured wait, under the filler's bound, so the first lookup
+    # of a process (an unobserved quick tool) is not filled; a 1.5B model's is over it
+    assert llama_llm.reading_prior_ms == LlamaLLM.READING_PRIOR_MS < FillerPolicy().tool_wait_ms
+    assert reading_prior_ms(1_540_000_000) == pytest.approx(400.0 * 1.54e9 / 134_515_008)
+    assert reading_prior_ms(1_540_000_000) > FillerPolicy().tool_wait_ms
+    assert reading_prior_ms(50_000_000) == LlamaLLM.READING_PRIOR_MS  # never below SmolLM2's

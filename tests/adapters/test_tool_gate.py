@@ -109,16 +109,29 @@ async def test_gate_talks_below_threshold_and_never_speaks_markup(gate_llm):
     assert text.strip() and "<tool_call>" not in text
 
 
-async def test_an_order_number_is_looked_up_when_the_margin_says_talk(gate_llm):
+async def test_an_order_number_alone_is_looked_up_without_scoring(gate_llm, monkeypatch):
+    scored: list[str] = []
+    score = LabelGate.score
+    monkeypatch.setattr(LabelGate, "score", lambda self, llm, messages, allowed=None: (
+        scored.append(messages[-1].content) or score(self, llm, messages, allowed)))
+    owner = gate_llm.cache.owner
+    # even with a threshold no margin reaches: the number alone is lookup_order's argument
     out = await _run(gate_llm, _req("5566.", tool_threshold=1e6))
     d = out[0]
-    assert isinstance(d, ToolDecision) and d.margin < 1e6
-    assert d.chosen == "lookup_order" and d.which == "value"
+    assert isinstance(d, ToolDecision) and (d.chosen, d.which) == ("lookup_order", "alone")
+    assert d.scores == {} and d.margin == math.inf and d.as_dict()["margin"] is None
+    assert scored == [] and gate_llm.cache.owner == owner  # no label pass, no KV-state swap
     calls = [x for x in out if isinstance(x, ToolCall)]
     assert [(c.name, c.arguments) for c in calls] == [("lookup_order", {"order_id": "5566"})]
-    # with other words the nearest example decides, small talk competing (which "said")
+    # one tool of two that take the same value alone is no decision: the gate scores it
+    twin = ToolSchema("cancel_order", "Cancel an order.", GATED[0].parameters, ("Cancel 1234.",))
+    out = await _run(gate_llm, LLMRequest((SUPPORT, ChatMessage("user", "5566.")),
+                                          tools=(*GATED, twin), temperature=0.0, max_tokens=24))
+    assert out[0].which != "alone" and scored == ["5566."]
+    # with other words it is scored, and the nearest example decides, small talk competing
+    # (which "said")
     out = await _run(gate_llm, _req("Is 5566 your number?", tool_threshold=1e6))
-    assert out[0].chosen == "lookup_order" and out[0].which == "said"
+    assert out[0].chosen == "lookup_order" and out[0].which == "said" and len(scored) == 2
     out = await _run(gate_llm, _req("Ha, 5566 is my lucky number. Anyway, thanks, bye!",
                                     tool_threshold=1e6))
     assert out[0].chosen is None and not any(isinstance(x, ToolCall) for x in out)

@@ -531,13 +531,39 @@ class ChatEngine:
         self._gates.move_to_end(key)
         return gate
 
+    def value_decision(self, request: LLMRequest) -> ToolDecision | None:
+        """The decision when the caller said nothing but the one typed argument of one
+        callable tool (``"4, 2, 1, 7."`` and ``lookup_order``'s ``order_id`` pattern,
+        :func:`._toolcall.value_alone`): that tool, without scoring (``which="alone"``, no
+        scores, an infinite margin). None otherwise, and always for an answer to a
+        confirmation question or with ``ground_arguments`` off.
+
+        Why: the answer to "what's the order number?" is the number alone, and the agent's
+        instructions say a number alone is an order number. Scored, such a message was called
+        anyway: by the gate and its nearest example when the margin passed, by the same rule
+        (``which="value"``) when it did not (Qwen2.5-Coder-1.5B's bare "4, 2, 1, 7." scored
+        4.35 against its 4.77). The scoring cost the bundled call's lookup turn ≈ 140 ms (a
+        label pass, a sentence embedding and two KV-state swaps) on the caller's wait."""
+        if not self.ground_arguments or request.confirming is not None or not self.gates(request):
+            return None
+        alone = value_alone(request.callable_tools(), self._caller_said(request))
+        if alone is None:
+            return None
+        threshold = (request.tool_threshold if request.tool_threshold is not None
+                     else self.tool_threshold)
+        source = "request" if request.tool_threshold is not None else self.threshold_source
+        return ToolDecision(alone, {}, math.inf, threshold, source, "alone")
+
     def decide(self, request: LLMRequest, gate: LabelGate | None = None,
                matcher: ExampleMatcher | None = None) -> ToolDecision:
         """The gate's talk-or-call decision for ``request`` (its last message: the caller's).
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
         conversation out first (``LlamaLLM`` does, under the gate's own cache key). ``gate``
         and ``matcher``: built by the caller (calibration leaves an example out of both), else
-        those of the request's tools and talk examples."""
+        those of the request's tools and talk examples. A caller's message that is one tool's
+        typed argument alone is decided without scoring (:meth:`value_decision`)."""
+        if (alone := self.value_decision(request)) is not None:
+            return alone
         self.fit_threads()
         gate = gate or self.gate_for(request.tools, request.talk_examples)
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose

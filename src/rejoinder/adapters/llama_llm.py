@@ -46,6 +46,16 @@ WARM_KEY = "warm:system"
 #: the buffer made at warm-up for the first call's conversation state, in system turns' worth
 #: (a conversation four times the system turn's tokens saves into it without new memory)
 FIRST_CALL_RESERVE = 4
+#: SmolLM2-135M-Instruct's parameter count (llama.cpp's ``llama_model_n_params``)
+SMOLLM2_PARAMS = 134_515_008
+
+
+def reading_prior_ms(n_params: int) -> float:
+    """The expected wait (ms) from a tool round's results to the first speakable words of a
+    model with ``n_params`` parameters on llama.cpp, before one is observed:
+    :attr:`LlamaLLM.READING_PRIOR_MS` (SmolLM2-135M's, measured) times ``n_params`` over
+    SmolLM2-135M's, never less (prefill, most of that wait, is compute bound)."""
+    return LlamaLLM.READING_PRIOR_MS * max(1.0, n_params / SMOLLM2_PARAMS)
 
 
 def smollm2_model_path() -> Path:
@@ -157,12 +167,14 @@ class LlamaLLM:
     #: watchdogs are RecoveryPolicy's ``llm_in_process_*`` limits, since a late token means a
     #: busy CPU and a retry would wait behind the same work
     in_process = True
-    #: expected wait (ms) from a tool round's results to the reply's first speakable words until
-    #: the runtime has observed one (:func:`rejoinder.respond.expected_reading_ms`): the call
-    #: and result (about 120 tokens on the bundled lookup) are prefilled at about 4-5 ms a token
-    #: on 2 cores, then the first clause is decoded. SmolLM2-135M took 650-1,000 ms there
-    #: (bench/v2v.py); a larger model takes longer, which the observed median then says
-    reading_prior_ms = 700.0
+    #: expected wait (ms) from a tool round's results to the reply's first speakable words
+    #: until the runtime has observed one (:func:`rejoinder.respond.expected_reading_ms`), for
+    #: a model of SmolLM2-135M's size; ``reading_prior_ms`` scales it by the model's parameter
+    #: count (prefill is compute bound). The call and result (about 120 tokens on the bundled
+    #: lookup) are prefilled at about 2.2 ms a token on 2 cores, then the first chunk (4 words)
+    #: is decoded: SmolLM2-135M took 313-408 ms there (median 343, 5 calls, 2026-12-05);
+    #: Qwen2.5-Coder-1.5B 2.7 s (:class:`rejoinder.reply.FillerPolicy`)
+    READING_PRIOR_MS = 400.0
 
     def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 8192,
                  n_threads: int = 2, n_batch: int = 256, seed: int = 0,
@@ -217,6 +229,9 @@ class LlamaLLM:
                                  irreversible_margin=irreversible_margin,
                                  argument_lead=argument_lead)
         self.cache = ConversationCache(self._llm, max_bytes=cache_mb << 20)
+        #: the expected reading wait of this model before one is observed (ms; see
+        #: READING_PRIOR_MS): that of a 135M model, times the parameter count over 135 M
+        self.reading_prior_ms = reading_prior_ms(self._llm._model.n_params())
         self._lock = threading.Lock()
 
     def _embed(self, text: str) -> list[float]:
@@ -355,8 +370,8 @@ class LlamaLLM:
         try:
             if stop.is_set():
                 return
-            decision = None
-            if self.engine.gates(request):  # the gate's prompt has a KV state of its own
+            decision = self.engine.value_decision(request)  # no scoring, no KV swap
+            if decision is None and self.engine.gates(request):  # the gate has its own KV state
                 gate = self.engine.gate_for(request.tools, request.talk_examples)
                 self.cache.activate(gate.key)
                 decision = self.engine.decide(request)
