@@ -13,7 +13,7 @@ from rejoinder.adapters._which import (EMBED_TEMPLATE, TALK, ExampleMatcher, cle
                                       said_pick)
 from rejoinder.app.support import agent as support
 from rejoinder.errors import ConfigError
-from rejoinder.ports import ChatMessage, LLMRequest, ToolDecision, ToolSchema
+from rejoinder.ports import ChatMessage, LLMRequest, ToolCall, ToolDecision, ToolSchema
 
 AXES = {"order": 0, "appointment": 1, "person": 2, "hello": 3}
 
@@ -293,3 +293,39 @@ def test_under_the_threshold_the_values_said_call_their_tool_when_its_example_is
         assert decision.which == "said"
         assert max(decision.similarity, key=decision.similarity.get) == want
         assert TALK in decision.similarity
+
+
+async def test_a_no_to_the_tools_question_is_answered_with_nothing_done(llama_llm):
+    """The caller does not say yes to an irreversible tool's question: no call, and the reply
+    says nothing was done (the note and its grammar: an acknowledgement, then "I won't" /
+    "I'll leave" / "I'll keep" and the LLM's own words); with ``decline_note`` off the same
+    decision gets the free reply. The caller's wording is not from any suite."""
+    engine = llama_llm.engine
+    tools = tuple(t.schema for t in support.tools.values())
+
+    def answer(say: str) -> LLMRequest:
+        return LLMRequest((ChatMessage("system", support.instructions),
+                           ChatMessage("user", "I'd like to cancel the haircut."),
+                           ChatMessage("assistant", "Shall I cancel your haircut on Friday at 2 PM?"),
+                           ChatMessage("user", say)),
+                          tools=tools, temperature=0.0, max_tokens=40,
+                          allowed_tools=("cancel_appointment",), confirming="cancel_appointment",
+                          talk_examples=tuple(support.llm.talk_examples))
+
+    async def run(req: LLMRequest) -> tuple[ToolDecision, str]:
+        out = [d async for d in llama_llm.stream(req)]
+        assert not any(isinstance(x, ToolCall) for x in out)
+        return out[0], "".join(x for x in out if isinstance(x, str))
+
+    mode, llama_llm.tool_mode = llama_llm.tool_mode, "gate"
+    try:
+        decision, text = await run(answer("Hmm, actually no, forget about it."))
+        engine.decline_note = False
+        _, free = await run(answer("Hmm, actually no, forget about it."))
+    finally:
+        engine.decline_note, llama_llm.tool_mode = True, mode
+    assert isinstance(decision, ToolDecision) and decision.chosen is None
+    assert text.startswith(("Okay, ", "Alright, ", "No problem, ")), text
+    assert any(w in text for w in ("I won't ", "I will not ", "I'll leave ", "I'll keep ")), text
+    assert text.endswith(".") and "?" not in text and "caller" not in text.lower(), text
+    assert free != text, (text, free)

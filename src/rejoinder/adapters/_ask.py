@@ -14,6 +14,16 @@ Probe, 2026-12-04 (SmolLM2-135M Q4_1, greedy, the support agent, 8 order questio
 number written for it, none from a suite, the step forced on each): a question for the order
 number in 8 of 8 replies with the note and the grammar, 3 of 8 with the note alone (two read
 the note back), 0 of 8 with neither (six "I'm sorry for your loss").
+
+The same narrowing serves a caller who does not say yes to an irreversible tool's question
+("Shall I cancel your haircut on Tuesday at 10 AM?" — "Hmm, no, don't bother."): nothing was
+done, and the reply says so (:data:`DEFAULT_DECLINED_PROMPT`, :data:`DECLINED_GRAMMAR`: an
+acknowledgement and "I won't" / "I'll leave" / "I'll keep", the rest the LLM's). Probe,
+2026-12-05 (two written declines, not from a suite, 2 runs each through ``rejoinder bench``):
+free, SmolLM2-135M said "That's a great way to start a conversation." or echoed the caller;
+with the note alone it read the note back ("The caller did not say yes, so nothing was done.");
+with the grammar alone "No problem, I'll keep going."; with both "No problem, I'll leave it as
+it is." (4 of 4).
 """
 
 from __future__ import annotations
@@ -28,6 +38,15 @@ QUESTION_GRAMMAR = ('root ::= ("Could you " | "Can you " | "What is " | "What' "
                     r'[^.?!\n]{1,80} "?"')
 #: the note after the caller's words (``{what}``: the missing arguments; ``{it}``: it / them)
 DEFAULT_ASK_PROMPT = "The caller did not say the {what}. Ask for {it} in one short question."
+
+#: the note after a caller's answer to an irreversible tool's question that was not a yes
+#: (``LLMRequest.confirming``; :meth:`._llama_engine.ChatEngine.generate`): nothing was done
+DEFAULT_DECLINED_PROMPT = ("The caller said no, so nothing was done. Tell them in one short "
+                           "sentence that you will leave it as it is.")
+#: that reply: an acknowledgement, then that nothing is done, in the LLM's own words after it
+DECLINED_GRAMMAR = ('root ::= ("Okay, " | "Alright, " | "No problem, ") '
+                    '("I won' "'" 't " | "I will not " | "I' "'" 'll leave " | "I' "'" 'll keep ") '
+                    r'[^.?!\n]{1,80} "."')
 
 _CUT = re.compile(r"\s+as\s+|\s*\(|,|;|\.(?:\s|$)|\s+e\.g\.|\s+for example", re.IGNORECASE)
 

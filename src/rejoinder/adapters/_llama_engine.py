@@ -30,7 +30,8 @@ from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
 from ._which import (ARGUMENT_LEAD, CONFIRM_NO, CONFIRM_YES, IRREVERSIBLE_MARGIN, TALK,
                      ExampleMatcher, clear_pick, said_pick)
-from ._ask import QUESTION_GRAMMAR, ask_note, missing_arguments
+from ._ask import (DECLINED_GRAMMAR, DEFAULT_DECLINED_PROMPT, QUESTION_GRAMMAR, ask_note,
+                   missing_arguments)
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, argument_sources, call_grammar, check_tool_choice,
@@ -119,7 +120,10 @@ class ChatEngine:
     (``RequestStats.echo_resumed``). When the gate talks because its tool's typed argument
     was not said (an order number), the reply is one question for it (``ask_missing``, default
     on: a note of what is missing and a question grammar, :mod:`._ask`;
-    ``ToolDecision.ask_for``). A text reply after a tool result is *grounded*
+    ``ToolDecision.ask_for``); when the caller's answer to an irreversible tool's question
+    (``LLMRequest.confirming``) is not a yes, the reply says nothing was done (``decline_note``,
+    default on: a note and an acknowledgement grammar, :mod:`._ask`). A text reply after a tool
+    result is *grounded*
     (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
     results' words and values, the caller's, the instructions' (no digits) and common words, so
     its numbers and dates come from the results, and (``facts_first``, default on) its first
@@ -167,6 +171,9 @@ class ChatEngine:
         self.grounded_replies = grounded_replies
         self.facts_first = facts_first
         self.ask_missing = ask_missing
+        #: a caller's answer to an irreversible tool's question that is not a yes gets a reply
+        #: saying nothing was done (:data:`._ask.DEFAULT_DECLINED_PROMPT`; settable)
+        self.decline_note = True
         self.irreversible_margin = irreversible_margin
         self.argument_lead = argument_lead
         #: once the gate decides to call: "examples" (the nearest example in ``embed``'s
@@ -715,6 +722,12 @@ class ChatEngine:
                     head = self._tokens(prompt + self.format.call_open)
                     forced = replace(request, tool_choice=decision.chosen)
                     yield from self._calls(head, forced, stop, False, True) or ()
+                elif request.confirming is not None and self.decline_note:
+                    # not a yes to the tool's question: nothing was done, and the reply says so
+                    declined = replace(request, messages=(
+                        *request.messages, ChatMessage("system", DEFAULT_DECLINED_PROMPT)))
+                    yield from self._text(self.prompt(declined), request, stop, opener="stop",
+                                          first=True, echo_of=echo, grammar=DECLINED_GRAMMAR)
                 elif decision.ask_for:  # a typed argument is missing: one question for it
                     asked = replace(request, messages=(
                         *request.messages, ChatMessage("system", ask_note(decision.ask_for))))
