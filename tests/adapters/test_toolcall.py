@@ -191,6 +191,9 @@ SPOKEN_ORDER = {"type": "string", "pattern": r"^[0-9]([, -]{0,2}[0-9]){3}$"}
     ("It's four two 1 7.", ["4 2 1 7"]),
     ("One of your staff, please.", []),                 # a word "one" is no order number
     ("Someone ate seventy-two.", []),                   # inside words: untouched
+    ("The number is... 3... 6... 0... 7...", ["3, 6, 0, 7"]),  # read with long pauses (Whisper)
+    ("four\u2026 two\u2026 one\u2026 seven", ["4, 2, 1, 7"]),
+    ("It costs 3... 50 dollars.", []),                  # an ellipsis joins no wider span
 ])
 def test_grounded_values_are_the_callers_spans_that_fit_the_pattern(said, spans):
     assert grounded_values(SPOKEN_ORDER, said) == spans
@@ -291,6 +294,7 @@ _LOOKUP = ToolSchema("lookup_order", "", {"type": "object", "properties": {"orde
     ("4, 2, 1, 7.", "lookup_order"),
     ("  4217 ", "lookup_order"),
     ("Four, two, one, seven.", "lookup_order"),      # digits the recogniser wrote as words
+    ("3... 6... 0... 7...", "lookup_order"),         # read with long pauses (Whisper's ellipses)
     ("It's 4, 2, 1, 7.", None),                      # other words: the gate's decision stands
     ("8, 1, 4.", None),                              # three digits: no order number
     ("4217, 4271.", None),                           # two values: which one is not for us

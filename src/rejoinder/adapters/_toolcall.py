@@ -296,7 +296,7 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
     out: list[str] = []
     # the caller's words as transcribed, then with digits read as words written as digits
     # ("Four, two, one, seven." → "4, 2, 1, 7."): a recogniser writes either
-    for version in (text, _DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], text)):
+    for version in spoken_versions(text):
         for m in rx.finditer(version):
             if m.group(0) and m.group(0) not in out:
                 out.append(m.group(0))
@@ -319,7 +319,7 @@ def value_alone(tools: Sequence[ToolSchema], said: str) -> str | None:
     4.77, reference scenario ``order-digits-real``, 2026-12-04)."""
     if not said.strip():
         return None
-    versions = (said, _DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], said))
+    versions = spoken_versions(said)
     found = []
     for t in tools:
         params = t.parameters or {}
@@ -356,6 +356,20 @@ def argument_sources(schema: dict[str, Any], said: str, before: str = "") -> dic
 
 _DIGIT_OF = DIGIT_WORDS
 _DIGIT_WORD = re.compile(r"(?<![\w'])(?:" + "|".join(_DIGIT_OF) + r")(?![\w'])", re.IGNORECASE)
+#: an ellipsis between two digits: Whisper's transcript of digits read with long pauses
+_DIGIT_PAUSE = re.compile(r"(?<=\d)\s*(?:\.{2,}|\u2026)\s*(?=\d)")
+
+
+def spoken_versions(text: str) -> list[str]:
+    """``text`` as transcribed, then with digits read as words written as digits ("Four, two,
+    one, seven." → "4, 2, 1, 7."), then with an ellipsis between digits written as a comma
+    ("3... 6... 0... 7..." → "3, 6, 0, 7...", as Whisper writes a number read with long pauses):
+    a recogniser writes any of these; each different version once."""
+    out = [text]
+    for v in (_DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], text),):
+        out.append(v)
+        out.append(_DIGIT_PAUSE.sub(", ", v))
+    return list(dict.fromkeys(out))
 
 
 def choice_grammar(values: Sequence[str], sep: str, lead: str = "") -> str:
