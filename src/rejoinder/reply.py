@@ -322,6 +322,11 @@ class Reply:
         chunker, source, step = SpeakableChunker(), "llm", 0
         resume = [False]  # the next chunk continues the reply after a recovery
 
+        def fill(phrase: str, stp: int) -> None:  # a filler or hold phrase, told to the draft
+            put(phrase + " ", "filler", stp)
+            if self.on_filler is not None:
+                self.on_filler(stp, phrase)
+
         def put(chunk: str, src: str, stp: int) -> None:
             queue.put_nowait((chunk, src, stp, resume[0]))
             resume[0] = False
@@ -333,10 +338,7 @@ class Reply:
             items = self._with_filler(items) if self.filler.enabled else items
             async for item in self._with_holds(items, queue):
                 if item is None:  # the answer is late: a hold phrase, a chunk of its own
-                    hold = self._next_hold()
-                    put(hold + " ", "filler", step)
-                    if self.on_filler is not None:
-                        self.on_filler(step, hold)
+                    fill(self._next_hold(), step)
                     self._holds_said += 1
                     continue
                 if item.source == "filler" and item.text.strip():
@@ -345,9 +347,7 @@ class Reply:
                     filled = True  # once per reply: the caller knows the agent is on it
                     for chunk in chunker.flush():
                         put(chunk, source, step)
-                    put(self.filler.phrases[0] + " ", "filler", step)  # the answer follows
-                    if self.on_filler is not None:
-                        self.on_filler(step, self.filler.phrases[0])
+                    fill(self.filler.phrases[0], step)  # the answer follows
                     source = "filler"
                     self._hold_from_now()
                 if item.source != source or item.flush or (item.step != step and item.text.strip()):

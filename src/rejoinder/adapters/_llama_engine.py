@@ -556,10 +556,14 @@ class ChatEngine:
         alone = value_alone(request.callable_tools(), self._caller_said(request))
         if alone is None:
             return None
-        threshold = (request.tool_threshold if request.tool_threshold is not None
-                     else self.tool_threshold)
-        source = "request" if request.tool_threshold is not None else self.threshold_source
-        return ToolDecision(alone, {}, math.inf, threshold, source, "alone")
+        return ToolDecision(alone, {}, math.inf, *self._threshold(request), "alone")
+
+    def _threshold(self, request: LLMRequest) -> tuple[float, str]:
+        """The gate's threshold for ``request`` and where it came from: the request's (the
+        agent's), else this engine's (the model's calibration or the default)."""
+        if request.tool_threshold is not None:
+            return request.tool_threshold, "request"
+        return self.tool_threshold, self.threshold_source
 
     def decide(self, request: LLMRequest, gate: LabelGate | None = None,
                matcher: ExampleMatcher | None = None) -> ToolDecision:
@@ -579,10 +583,7 @@ class ChatEngine:
         grounding = self._grounding(request)
         cands = list(scores.tools)
         said_all = [n for n in cands if grounding.get(n) is True]  # its pattern values were said
-        if request.tool_threshold is not None:
-            threshold, source = request.tool_threshold, "request"
-        else:
-            threshold, source = self.tool_threshold, self.threshold_source
+        threshold, source = self._threshold(request)
         chosen, which, sims = scores.chosen(threshold), "labels", None
         vetoed: str | None = None  # the tool the caller's words lacked an argument of
         aside: tuple[str, ...] = ()  # irreversible tools not clearly nearest (clear_pick)

@@ -294,9 +294,7 @@ def grounded_values(schema: dict[str, Any], text: str) -> list[str]:
     except re.error:
         return []
     out: list[str] = []
-    # the caller's words as transcribed, then with digits read as words written as digits
-    # ("Four, two, one, seven." → "4, 2, 1, 7."): a recogniser writes either
-    for version in spoken_versions(text):
+    for version in spoken_versions(text):  # as transcribed, digit words, ellipses
         for m in rx.finditer(version):
             if m.group(0) and m.group(0) not in out:
                 out.append(m.group(0))
@@ -365,11 +363,8 @@ def spoken_versions(text: str) -> list[str]:
     one, seven." → "4, 2, 1, 7."), then with an ellipsis between digits written as a comma
     ("3... 6... 0... 7..." → "3, 6, 0, 7...", as Whisper writes a number read with long pauses):
     a recogniser writes any of these; each different version once."""
-    out = [text]
-    for v in (_DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], text),):
-        out.append(v)
-        out.append(_DIGIT_PAUSE.sub(", ", v))
-    return list(dict.fromkeys(out))
+    digits = _DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], text)
+    return list(dict.fromkeys((text, digits, _DIGIT_PAUSE.sub(", ", digits))))
 
 
 def choice_grammar(values: Sequence[str], sep: str, lead: str = "") -> str:
