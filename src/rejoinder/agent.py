@@ -99,6 +99,11 @@ class LLMSettings(BaseModel):
     tool_threshold: float | None = None
     #: caller utterances that need no tool, added to the gate's built-in small-talk examples
     talk_examples: list[str] = Field(default_factory=list)
+    #: what the agent helps with, in a few words ("your orders and appointments"). Set, the
+    #: embedded LLM answers a caller's request that its tool gate finds no tool for by saying
+    #: so (``rejoinder.adapters._scope``: "I'm sorry, I can only help with …" and the LLM's own
+    #: words after it); None: such requests get a free reply
+    scope: str | None = Field(None, min_length=1, max_length=200)
 
 
 class Agent:
@@ -147,7 +152,9 @@ class Agent:
         try:
             self.llm = llm if isinstance(llm, LLMSettings) else LLMSettings.model_validate(llm or {})
         except ValidationError as exc:
-            raise ConfigError(f"agent {name!r}: llm settings: {exc.errors()[0]['msg']}") from exc
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err.get("loc", ())) or "llm"
+            raise ConfigError(f"agent {name!r}: llm settings: {where}: {err['msg']}") from exc
         for hook_name, hook in (("on_call_start", on_call_start), ("on_call_end", on_call_end),
                                 ("report_state", report_state)):
             if hook is not None and not callable(hook):

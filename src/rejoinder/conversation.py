@@ -147,6 +147,7 @@ class Conversation:
             max_tokens=agent.llm.max_tokens, temperature=agent.llm.temperature, tools=schemas,
             tool_choice=choice, cache_key=self.ctx.call_id, allowed_tools=allowed,
             tool_threshold=agent.llm.tool_threshold, talk_examples=tuple(agent.llm.talk_examples),
+            scope=agent.llm.scope or "",
             confirming=confirming if allowed == (confirming,) and choice == "auto" else None)
 
     def commit(self, turn_id: int, moves: list[tuple[Position, str, str]], ending: Any = None) -> None:

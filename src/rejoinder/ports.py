@@ -139,7 +139,11 @@ class ToolDecision:
     is then one question for them (:mod:`rejoinder.adapters._ask`), and ``ask_tool`` is the
     tool they are for. ``set_aside``: irreversible
     tools whose example was nearest but not clearly (:func:`rejoinder.adapters._which.clear_pick`),
-    so the choice was made among the rest."""
+    so the choice was made among the rest. ``request_margin``: when the agent talks, how far a
+    *request* leads *talk* in the caller's message (corrected natural-log likelihoods,
+    :mod:`rejoinder.adapters._scope`; None: not asked); ``unserved``: it led by the threshold, so
+    the caller asked for something no tool was chosen for, and the reply says what the agent
+    can help with."""
 
     chosen: str | None
     scores: dict[str, float]
@@ -151,6 +155,8 @@ class ToolDecision:
     ask_for: tuple[str, ...] = ()
     set_aside: tuple[str, ...] = ()
     ask_tool: str | None = None
+    request_margin: float | None = None
+    unserved: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out = {"chosen": self.chosen,
@@ -164,6 +170,9 @@ class ToolDecision:
             out["ask_tool"] = self.ask_tool
         if self.set_aside:
             out["set_aside"] = list(self.set_aside)
+        if self.request_margin is not None:
+            out["request_margin"] = round(self.request_margin, 3)
+            out["unserved"] = self.unserved
         return out
 
 
@@ -237,7 +246,9 @@ class LLMRequest:
     tool from 65 to 77 %, while listing only those tools in the prompt lowered it: issue 16).
     ``confirming`` names the irreversible tool whose question the caller is answering
     (:attr:`rejoinder.tools.Tool.confirm_fn`): a yes/no turn, so a scoring backend decides it
-    by its talk-or-call margin alone.
+    by its talk-or-call margin alone. ``scope`` is what the agent helps with
+    (:attr:`rejoinder.agent.LLMSettings.scope`): a scoring backend that finds no tool for a
+    caller's request says so in those words (:mod:`rejoinder.adapters._scope`); others ignore it.
     Raises ``ValueError`` for a name not among ``tools``."""
 
     messages: tuple[ChatMessage, ...]
@@ -253,6 +264,7 @@ class LLMRequest:
     talk_examples: tuple[str, ...] = ()
     allowed_tools: tuple[str, ...] | None = None
     confirming: str | None = None
+    scope: str = ""
 
     def __post_init__(self) -> None:
         if self.allowed_tools is not None:

@@ -396,6 +396,14 @@ class Reply:
         ``filler.hold_lead_ms`` left to play. Checked every ``HOLD_POLL_MS`` (call clock)."""
         it = aiter(items)
         while True:
+            if not (self._holding and self._hold_allowed()):
+                # no hold phrase can be due: read the stream directly (no task per item)
+                try:
+                    item = await anext(it)
+                except StopAsyncIteration:
+                    return
+                yield item
+                continue
             nxt = asyncio.ensure_future(anext(it))
             try:
                 while True:

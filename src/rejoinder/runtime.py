@@ -115,7 +115,8 @@ class Runtime:
             warm_gate = getattr(self._stack.llm, "warm_gate", None)
             if warm_gate is not None:  # the tool gate's few-shot prompt (its own KV state)
                 tools = tuple(t.schema for t in self.agent.tools.values())
-                await asyncio.to_thread(warm_gate, tools, tuple(self.agent.llm.talk_examples))
+                await asyncio.to_thread(warm_gate, tools, tuple(self.agent.llm.talk_examples),
+                                        self.agent.llm.scope)
             gctune.tune()  # what warm-up loaded is never scanned again (no 26–91 ms GC pauses)
 
     @property

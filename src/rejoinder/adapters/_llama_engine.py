@@ -27,6 +27,7 @@ from ._chatformat import ChatFormat, format_for
 from ._echo import end_mask, is_echo, repeats_itself
 from ._fastgrammar import GrammarMask
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
+from ._scope import DEFAULT_SCOPE_PROMPT, SCOPE_GRAMMAR, ScopeStep
 from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
 from ._which import (ARGUMENT_LEAD, CONFIRM_NO, CONFIRM_YES, IRREVERSIBLE_MARGIN, TALK,
                      ExampleMatcher, clear_pick, said_pick)
@@ -58,7 +59,7 @@ class RequestStats:
     loop_cut: int = 0  # 1 when the text reply was ended because it repeated itself (._echo)
 
 
-class ChatEngine:
+class ChatEngine(ScopeStep):
     """Generates one assistant message on ``llm`` (a ``llama_cpp.Llama``).
 
     **Format.** ``chat_format`` (a :class:`._chatformat.ChatFormat`, a format name, or None: read
@@ -122,9 +123,10 @@ class ChatEngine:
     on: a note of what is missing and a question grammar, :mod:`._ask`;
     ``ToolDecision.ask_for``); when the caller's answer to an irreversible tool's question
     (``LLMRequest.confirming``) is not a yes, the reply says nothing was done (``decline_note``,
-    default on: a note and an acknowledgement grammar, :mod:`._ask`). A text reply after a tool
-    result is *grounded*
-    (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
+    default on: a note and an acknowledgement grammar, :mod:`._ask`); when the agent declares
+    its scope (``LLMRequest.scope``) and the gate said talk to a request, the reply says what
+    the agent helps with (``scope_note``, :class:`._scope.ScopeStep`). A text reply after a
+    tool result is *grounded* (``grounded_replies``, default on, :mod:`._grounded`): sampled under a grammar of the
     results' words and values, the caller's, the instructions' (no digits) and common words, so
     its numbers and dates come from the results, and (``facts_first``, default on) its first
     sentence says the result's fact words in order (:func:`._grounded.reply_facts`). A call is
@@ -717,7 +719,10 @@ class ChatEngine:
                 head = self._tokens(prompt + self.format.call_open)
                 yield from self._calls(head, request, stop, False, True) or ()
             elif self.gates(request):
-                decision = decision or self.decide(request)
+                if decision is None:
+                    decision = self.decide(request)
+                    if self.asks_scope(request, decision):
+                        decision = self.scope_decision(request, decision)
                 yield decision
                 if decision.chosen is not None:
                     head = self._tokens(prompt + self.format.call_open)
@@ -734,6 +739,12 @@ class ChatEngine:
                         *request.messages, ChatMessage("system", ask_note(decision.ask_for))))
                     yield from self._text(self.prompt(asked), request, stop, opener="stop",
                                           first=True, echo_of=echo, grammar=QUESTION_GRAMMAR)
+                elif decision.unserved:  # a request no tool serves: what the agent helps with
+                    scoped = replace(request, messages=(
+                        *request.messages,
+                        ChatMessage("system", DEFAULT_SCOPE_PROMPT.format(scope=request.scope))))
+                    yield from self._text(self.prompt(scoped), request, stop, opener="stop",
+                                          first=True, echo_of=echo, grammar=SCOPE_GRAMMAR)
                 else:  # (the gate's prompt is its own: this is the conversation's first sample)
                     yield from self._text(prompt, request, stop, opener="stop", first=True,
                                           echo_of=echo)

@@ -292,21 +292,27 @@ class LlamaLLM:
             self.cache.reserve(FIRST_CALL_RESERVE * self.cache.state_size())
         return len(tokens)
 
-    def warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str] = ()) -> bool:
+    def warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str] = (),
+                  scope: str | None = None) -> bool:
         """Evaluate the tool gate's prompt for ``tools`` (and the agent's ``talk_examples``)
         into its own KV state (blocking), so the first caller turn only pays for its own
-        words. Returns False when the gate is not in use (another ``tool_mode``, no tools).
-        Runs on the process's llama.cpp thread."""
+        words; with the agent's ``scope``, the request question's prompt too
+        (:mod:`._scope`). Returns False when the gate is not in use (another ``tool_mode``, no
+        tools). Runs on the process's llama.cpp thread."""
         if self.engine.tool_mode != "gate" or not tools:
             return False
-        return on_model_thread("llama", self._warm_gate, tools, talk_examples)
+        return on_model_thread("llama", self._warm_gate, tools, talk_examples, scope)
 
-    def _warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str]) -> bool:
+    def _warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str],
+                   scope: str | None = None) -> bool:
         with self._lock:
             gate = self.engine.gate_for(tuple(tools), tuple(talk_examples))
             self.cache.activate(gate.key)
             gate.warm(self._llm)
             self.engine.matcher_for(tuple(tools), tuple(talk_examples))  # embeds the examples
+            if scope and self.engine.scope_note:
+                self.cache.activate(self.engine.request_gate().key)
+                self.engine.request_gate().warm(self._llm)
             if self.cache.base_key is not None:
                 # the gate's state is saved now, not on the first call's first turn (its buffer
                 # is new memory: ConversationCache.reserve), and the context holds the system
@@ -339,6 +345,11 @@ class LlamaLLM:
                 self.cache.activate(gate.key)
                 gate.warm(self._llm)
                 n += gate.prime(self._llm, request.messages)
+                if request.scope and self.engine.scope_note:  # the request question's too
+                    scope = self.engine.request_gate()
+                    self.cache.activate(scope.key)
+                    scope.warm(self._llm)
+                    n += scope.prime(self._llm, request.messages)
             self.cache.activate(request.cache_key)
             n += self.engine.prefill(request)
         return n
@@ -375,6 +386,9 @@ class LlamaLLM:
                 gate = self.engine.gate_for(request.tools, request.talk_examples)
                 self.cache.activate(gate.key)
                 decision = self.engine.decide(request)
+                if self.engine.asks_scope(request, decision):  # its own KV state too
+                    self.cache.activate(self.engine.request_gate().key)
+                    decision = self.engine.scope_decision(request, decision)
             self.cache.activate(key)
             gen = self.engine.generate(request, stop, decision)
             for delta in gen:

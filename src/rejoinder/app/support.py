@@ -140,6 +140,9 @@ CANCEL_EXAMPLES = ("I won't make it, please call it off.", "Drop my booking.",
                    "Take my appointment off the schedule.")
 #: Caller utterances that need no tool, beside the gate's built-in small talk: questions about
 #: the shop, and errands no tool does (the agent says it cannot help with them).
+#: what the agent helps with: a request its tools do not serve is answered with it
+SCOPE = "your orders and appointments"
+
 TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "What can you do for me?",
                  "Could you order me a pizza?", "Can you get me a flight to Denver?",
                  "Please reset the password of my email."]
@@ -381,6 +384,7 @@ agent = Agent(
     tools=[lookup_order, list_appointments, reschedule_appointment, cancel_appointment,
            transfer_to_human(), end_call()], steps=STEPS,
     stt_vocabulary=[BUSINESS, "orders", "order numbers", "appointments", "haircut", "consultation"],
-    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3, "talk_examples": TALK_EXAMPLES},
+    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3, "talk_examples": TALK_EXAMPLES,
+         "scope": SCOPE},
     on_call_start=open_call, on_call_end=close_call, report_state=final_state,
 )
