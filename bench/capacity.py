@@ -16,6 +16,16 @@ fill one core at that cost (20 000 µs / cost). The cost is what a loaded or sha
 not distort; frame age and V2V need the process to get a whole core. The knee is the largest N with frame-age p99 ≤ 20 ms, and the largest N with V2V p95 ≤ 1.5 ×
 the single-call p95 of the same code.
 
+``--warm-seconds S`` first runs the level's N calls for S seconds and ends them, then measures N
+new calls in the same process: a server that has served calls before, whose memory is already
+its own. Without it every level is a fresh process whose calls all start at once, so the window
+also pays for first touches of fresh memory (a call's caller-audio ring is 1 MB, touched over its
+first 32 s) — on the 2-core reference VM a first touch of a 4 KB page is slow enough to show.
+Report both; S ≥ 33 lets the first round's rings be written through.
+
+``--time-ring`` times every caller-audio ring write in the window (mean µs, share over 20 µs: a
+first touch of a fresh page).
+
 ``--arms`` compares code versions in one run, level by level, alternating (A1 B1 A10 B10 …), so
 both see the same machine load: ``branch`` is this checkout's ``src``; ``main`` is a git worktree
 of ``--main-commit`` (default d8a83b0, made under ``/tmp`` if missing). Main's frame loops are
@@ -23,7 +33,7 @@ per-call ``asyncio.sleep`` timers, measured with a probe clock; the branch's are
 process's shared pacer (:mod:`rejoinder.pacing`), whose own frame-age histogram is read.
 
     PYTHONPATH=src .venv/bin/python bench/capacity.py [--levels 1,100,250,500,1000]
-        [--arms main,branch] [--vad zero|silero] [--seconds 12] [--json]
+        [--arms main,branch] [--vad zero|silero] [--seconds 12] [--warm-seconds 0] [--json]
 
 Wall-clock figures: run on a quiet machine; on a shared one the two arms still see the same load.
 """
@@ -48,7 +58,29 @@ SPEECH = "/usr/share/asterisk/sounds/en/queue-thankyou.wav"
 
 
 # --- the child: one level in one process ---------------------------------------------------------
-def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
+def _time_ring_writes() -> dict:
+    """``--time-ring``: time every write into a call's caller-audio ring (ns, in the window);
+    a first touch of a fresh memory page shows up as a write over 20 µs."""
+    from rejoinder.audioring import AudioRing
+
+    stat = {"on": False, "ns": 0, "n": 0, "over_20us": 0}
+    write, clock = AudioRing.write, time.perf_counter_ns
+
+    def timed(self, pcm, t_ms):
+        t0 = clock()
+        write(self, pcm, t_ms)
+        if stat["on"]:
+            d = clock() - t0
+            stat["ns"] += d
+            stat["n"] += 1
+            stat["over_20us"] += d > 20_000
+
+    AudioRing.write = timed
+    return stat
+
+
+def _child(n: int, seconds: float, stagger: float, vad: str, warm_s: float = 0.0,
+           time_ring: bool = False) -> dict:
     import gc
 
     import psutil
@@ -63,6 +95,7 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
         pacing = None
     state = {"measure": False}
     ages = array.array("f")
+    ring = _time_ring_writes() if time_ring else None
 
     class ProbeClock(RealClock):
         """Main's frame loop calls ``pace(t)`` once per frame: record how late it resumed."""
@@ -82,7 +115,7 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
         x, sr = load_audio(SPEECH)
         speech = to_int16(resample(x, sr, 16000))
         cycle_s += len(speech) / 16000 - 0.9
-    turns = zc.caller_turns(int((seconds + stagger) / cycle_s) + 3, audio=speech)
+    turns = zc.caller_turns(int((max(seconds, warm_s) + stagger) / cycle_s) + 3, audio=speech)
     agent = zc.agent()
     try:
         from rejoinder.gctune import tune
@@ -98,6 +131,8 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
 
     def begin() -> None:
         state["measure"] = True
+        if ring is not None:
+            ring["on"] = True
         if pacing is not None:
             pacing.shared_pacer().ages.reset()
         window.update(t=time.perf_counter(), cpu=sum(proc.cpu_times()[:2]),
@@ -107,6 +142,11 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
         if not state["measure"]:
             return
         state["measure"] = False
+        if ring is not None:
+            ring["on"] = False
+            k = max(1, ring["n"])
+            window["ring_write"] = {"writes": ring["n"], "mean_us": round(ring["ns"] / 1e3 / k, 2),
+                                    "over_20us_pct": round(100.0 * ring["over_20us"] / k, 2)}
         wall = time.perf_counter() - window["t"]
         cpu = sum(proc.cpu_times()[:2]) - window["cpu"]
         frames = pacing.shared_pacer().ages.n if pacing is not None else len(ages)
@@ -138,7 +178,15 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
             end()
         results.append(res)
 
+    async def warm_one(i: int) -> None:  # --warm-seconds: a round of calls that ends first
+        await asyncio.sleep(stagger * i / max(1, n))
+        await run_call(turns, zc.zero_cost_stack(make_vad()), agent, clock=ProbeClock(),
+                       tail_ms=500.0, max_ms=1000.0 * warm_s, greeting=False)
+
     async def main() -> None:
+        if warm_s > 0:
+            await asyncio.gather(*(warm_one(i) for i in range(n)))
+            gc.collect()
         await asyncio.gather(*(one(i) for i in range(n)))
 
     asyncio.run(main())
@@ -146,7 +194,7 @@ def _child(n: int, seconds: float, stagger: float, vad: str) -> dict:
     errors = [res.error for res in results if res.error]
     v2v.sort()
     pct = lambda p: round(v2v[min(len(v2v) - 1, int(len(v2v) * p / 100))], 1) if v2v else None  # noqa: E731
-    return {"calls": n, "vad": vad, "turns": len(v2v), "errors": len(errors),
+    return {"calls": n, "vad": vad, "warm_s": warm_s, "turns": len(v2v), "errors": len(errors),
             "first_error": errors[0] if errors else None,
             "v2v_ms": {"p50": pct(50), "p95": pct(95)},
             "shared_pacer": pacing is not None, **{k: v for k, v in window.items() if k not in ("t", "cpu", "gc")}}
@@ -165,7 +213,8 @@ def run_level(src: Path, n: int, a) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{HERE}")
     cmd = ["nice", "-n", str(a.nice)] if a.nice else []
     cmd += [sys.executable, str(HERE / "capacity.py"), "--child", str(n), "--seconds", str(a.seconds),
-           "--stagger", str(a.stagger), "--vad", a.vad]
+           "--stagger", str(a.stagger), "--vad", a.vad, "--warm-seconds", str(a.warm_seconds)]
+    cmd += ["--time-ring"] if a.time_ring else []
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
     if out.returncode != 0:
         return {"calls": n, "failed": out.stderr.strip().splitlines()[-1:] or ["?"]}
@@ -190,6 +239,11 @@ def main() -> None:
     ap.add_argument("--vad", choices=["zero", "silero"], default="zero")
     ap.add_argument("--seconds", type=float, default=12.0, help="measured seconds per level")
     ap.add_argument("--stagger", type=float, default=3.0, help="seconds over which calls start")
+    ap.add_argument("--warm-seconds", type=float, default=0.0,
+                    help="first run the level's N calls this long and end them, then measure N "
+                         "new calls: a process that has served calls before (0: a fresh process)")
+    ap.add_argument("--time-ring", action="store_true",
+                    help="time each caller-audio ring write in the window (adds ≈ 0.2 µs a frame)")
     ap.add_argument("--bound-ms", type=float, default=20.0, help="frame-age p99 bound")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--nice", type=int, default=0,
@@ -199,7 +253,7 @@ def main() -> None:
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        print(json.dumps(_child(a.child, a.seconds, a.stagger, a.vad)))
+        print(json.dumps(_child(a.child, a.seconds, a.stagger, a.vad, a.warm_seconds, a.time_ring)))
         return
     arms = {}
     for arm in a.arms.split(","):
@@ -218,7 +272,7 @@ def main() -> None:
                   f"fill a core)  RSS "
                   f"{r.get('rss_mb')} MB  turns {r.get('turns')} errors {r.get('errors')}"
                   f"{'  FAILED ' + str(r['failed']) if 'failed' in r else ''}", file=sys.stderr)
-    out = {"vad": a.vad, "levels": levels, "seconds": a.seconds, "arms": rows,
+    out = {"vad": a.vad, "warm_s": a.warm_seconds, "levels": levels, "seconds": a.seconds, "arms": rows,
            "knees": {arm: knees(rs, a.bound_ms) for arm, rs in rows.items()},
            "cores": os.cpu_count()}
     if a.json:

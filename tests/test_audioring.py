@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from rejoinder.audioring import AudioRing
@@ -76,3 +77,73 @@ async def test_session_memory_is_flat_in_call_length() -> None:
     recent = session._segment(t - 6000.0, t)
     assert len(recent) == 6000 * LINE_RATE // 1000
     await session.close()
+
+
+class _Recorder:
+    """An inline window VAD that records what it was given: p = 0.9 iff the window's peak ≥ 0.1."""
+
+    sample_rate = 16000
+    window_samples = 512
+
+    def __init__(self) -> None:
+        self.windows: list[np.ndarray] = []
+
+    def reset(self) -> None:
+        pass
+
+    def speech_prob(self, window: np.ndarray) -> float:
+        self.windows.append(window.copy())
+        return 0.9 if float(np.abs(window).max()) >= 0.1 else 0.0
+
+
+def test_vad_windows_read_from_the_ring_equal_the_staged_ones_across_its_wrap() -> None:
+    from rejoinder.vad import VadTracker
+
+    rng = np.random.default_rng(7)
+    # 3 s of speech-like bursts and silence; a 1.01 s ring wraps inside a 512-sample window
+    pcm = np.zeros(48000, dtype=np.int16)
+    for a, b in ((3000, 12000), (20000, 31000), (40000, 46000)):
+        pcm[a:b] = rng.integers(-12000, 12000, b - a, dtype=np.int16)
+    ring = AudioRing(rate=16000, seconds=1.01)
+    assert ring.capacity % 512 != 0
+    staged_vad, ring_vad = _Recorder(), _Recorder()
+    staged, in_ring = VadTracker(staged_vad), VadTracker(ring_vad)
+    t, sig_staged, sig_ring = 40.0, [], []
+    for f in frames(pcm):
+        sig_staged += staged.push(f, t)
+        ring.write(f, t)
+        sig_ring += in_ring.push_ring(ring, len(f))
+        t += 20.0
+    assert len(ring_vad.windows) == len(staged_vad.windows) == 48000 // 512
+    for x, y in zip(ring_vad.windows, staged_vad.windows):
+        assert np.array_equal(x, y)
+    assert sig_ring == sig_staged
+    assert [s.kind for s in sig_ring].count("onset") == 3
+    assert sig_ring[0].at_ms == 40.0 + 1000.0 * (3000 // 512 * 512) / 16000
+
+
+async def test_an_ended_calls_ring_buffer_is_reused_by_the_next_call_and_never_written_again() -> None:
+    from rejoinder import audioring
+
+    clock = VirtualClock()
+    st = Stamper("c1", clock, EventBus())
+    first = Session(st, make_stack(clock, ["Hello."]), scripted_agent())
+    buf = first.audio._buf
+    for i in range(50):
+        first.on_frame(tone(20), 20.0 * i)
+    before = audioring.pooled_buffers()
+    await first.close()
+    assert audioring.pooled_buffers() == before + 1
+    assert len(first._segment(0.0, 1000.0)) == 0  # released: nothing to read
+    first.on_frame(tone(20), 1000.0)  # a transport still sending after the end: dropped
+    with pytest.raises(RuntimeError, match="released"):
+        first.audio.write(tone(20), 1020.0)
+    second = Session(Stamper("c2", clock, EventBus()), make_stack(clock, ["Hi."]), scripted_agent())
+    assert second.audio._buf is buf and audioring.pooled_buffers() == before
+    # the old call's samples are never read: the new ring starts empty
+    assert second.audio.n == 0 and len(second._segment(0.0, 1000.0)) == 0
+    quiet = silence(20)
+    for i in range(50):
+        second.on_frame(quiet, 20.0 * i)
+    assert not second._segment(0.0, 1000.0).any()  # the first call's tone is not in it
+    await second.close()

@@ -251,10 +251,12 @@ def _leading_silence(pcm: np.ndarray, rate: int) -> int:
     """Samples of leading silence in int16 ``pcm`` to drop (keeping ``LEAD_MARGIN_MS``).
     Piper starts every sentence with ≈ 40–60 ms of silence, which the caller would wait through
     before the first voiced sample (``playback_start``); between sentences pauses are kept."""
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) >= LEAD_LEVEL)
-    if not len(loud):
-        return 0
-    return max(0, int(loud[0]) - int(rate * LEAD_MARGIN_MS / 1000))
+    block = max(1, rate // 10)  # scanned 100 ms at a time: the first voice is near the start
+    for a in range(0, len(pcm), block):
+        loud = np.flatnonzero(np.abs(pcm[a:a + block].astype(np.int32)) >= LEAD_LEVEL)
+        if len(loud):
+            return max(0, a + int(loud[0]) - int(rate * LEAD_MARGIN_MS / 1000))
+    return 0
 
 
 async def _drop_read(fut: asyncio.Future) -> None:

@@ -162,6 +162,8 @@ class Session:
         :attr:`late_frames` and taken as following the filled-in silence: late speech is heard
         late, never lost)."""
         if self._ticker is None:
+            if self.closed:  # a transport still sending after the call ended: nothing to hear
+                return
             self._ticker = self._spawn(self._watch_line(), 0, "session")
         now = self._last_frame_at = self.st.clock.now_ms()
         nxt = self._next_frame_ms
@@ -178,7 +180,7 @@ class Session:
             raise RuntimeError("call longer than max_seconds")
         self._next_frame_ms = t_ms + 1000.0 * n / LINE_RATE
         self.audio.write(pcm, t_ms)
-        signals = self.tracker.push(pcm, t_ms)  # none when the VAD batches across calls
+        signals = self.tracker.push_ring(self.audio, n)  # none when the VAD batches across calls
         if signals:
             self._on_vad(signals)
             now = None  # time has passed
@@ -620,3 +622,5 @@ class Session:
             t.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._ticker = None  # a frame still coming is dropped (on_frame)
+        self.audio.release()  # nothing reads the caller's audio any more: its buffer is reused

@@ -37,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from .audioring import AudioRing
 from .ports import VADPort
 
 
@@ -75,6 +76,7 @@ class VadTracker:
         self._run_start: float | None = None  # start of consecutive voiced windows
         self._last_voiced_end = 0.0
         self.last_prob = 0.0
+        self._ring_at = -1  # push_ring: ring index of the next window's first sample (-1: unset)
         self._batched = hasattr(vad, "submit")
         #: called with the signals of windows judged later (a batching VAD); set by the session
         self.on_signals: Callable[[list[VadSignal]], None] | None = None
@@ -85,6 +87,7 @@ class VadTracker:
         self.vad.reset()
         self._fill = 0
         self._pos = 0
+        self._ring_at = -1  # push_ring: the next window starts at the ring's next sample
         self.speaking = False
         self._run_start = None
 
@@ -144,6 +147,36 @@ class VadTracker:
                 self.last_prob = p
                 self._judge(p, start_ms, out)
         self._pos = pos
+        return out
+
+    def push_ring(self, ring: AudioRing, n_new: int) -> list[VadSignal]:
+        """The ``n_new`` int16 samples just written to ``ring`` (the caller's audio at the VAD's
+        rate, time from the ring's origin): like :meth:`push`, but every whole window is read
+        from the ring in place (:meth:`AudioRing.window`), so the frame path copies the caller's
+        audio once. Feed one tracker through either this or :meth:`push`, not both."""
+        k = self._ring_at
+        if k < 0:
+            k = ring.n - n_new
+        win = self.window
+        n = ring.n
+        if n - k < win:
+            self._ring_at = k
+            return _NONE
+        out: list[VadSignal] = []
+        origin = ring.origin_ms or 0.0
+        ms_per_sample = 1000.0 / ring.rate
+        scale = 1.0 / 32768.0
+        while n - k >= win:
+            raw = ring.window(k, win)
+            start_ms = origin + k * ms_per_sample
+            k += win
+            if self._batched:
+                self.vad.submit(raw, scale, start_ms)  # type: ignore[attr-defined]
+            else:
+                p = self.vad.speech_prob(np.multiply(raw, scale, out=self._win))
+                self.last_prob = p
+                self._judge(p, start_ms, out)
+        self._ring_at = k
         return out
 
     def _convert(self, dtype: np.dtype) -> None:

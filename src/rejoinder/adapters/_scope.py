@@ -66,11 +66,6 @@ _REQUEST = ToolSchema("request", "the caller asks the assistant to do or find so
                       {"type": "object", "properties": {}}, REQUEST_EXAMPLES)
 
 
-def request_gate() -> LabelGate:
-    """The request-or-talk label prompt (one per engine: it depends on no agent)."""
-    return LabelGate([_REQUEST], TALK_EXAMPLES)
-
-
 def request_margin(gate: LabelGate, llm: Any, messages: Sequence[ChatMessage]) -> float:
     """Corrected ``log P(request) − log P(none)`` of the caller's last message in ``messages``
     (blocking; ``llm``'s context is used freely: the caller activates the gate's KV state)."""
@@ -88,9 +83,10 @@ class ScopeStep:
     _llm: Any
 
     def request_gate(self) -> LabelGate:
-        """The request-or-talk label prompt (one per engine, built on first use)."""
+        """The request-or-talk label prompt (one per engine, built on first use: it depends on
+        no agent)."""
         if self._request_gate is None:
-            self._request_gate = request_gate()
+            self._request_gate = LabelGate([_REQUEST], TALK_EXAMPLES)
         return self._request_gate
 
     def asks_scope(self, request: LLMRequest, decision: ToolDecision) -> bool:

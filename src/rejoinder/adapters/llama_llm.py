@@ -306,19 +306,23 @@ class LlamaLLM:
     def _warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str],
                    scope: str | None = None) -> bool:
         with self._lock:
-            gate = self.engine.gate_for(tuple(tools), tuple(talk_examples))
-            self.cache.activate(gate.key)
-            gate.warm(self._llm)
+            self._gate_state(self.engine.gate_for(tuple(tools), tuple(talk_examples)))
             self.engine.matcher_for(tuple(tools), tuple(talk_examples))  # embeds the examples
             if scope and self.engine.scope_note:
-                self.cache.activate(self.engine.request_gate().key)
-                self.engine.request_gate().warm(self._llm)
+                self._gate_state(self.engine.request_gate())
             if self.cache.base_key is not None:
                 # the gate's state is saved now, not on the first call's first turn (its buffer
                 # is new memory: ConversationCache.reserve), and the context holds the system
                 # turn again
                 self.cache.activate(self.cache.base_key)
         return True
+
+    def _gate_state(self, gate: Any) -> Any:
+        """Make ``gate``'s KV state the context, its prompt evaluated (the lock held); returns
+        ``gate``."""
+        self.cache.activate(gate.key)
+        gate.warm(self._llm)
+        return gate
 
     def prefill(self, request: LLMRequest) -> Future:
         """Evaluate ahead of the caller's words what the next request of this conversation
@@ -341,15 +345,10 @@ class LlamaLLM:
         n = 0
         with self._lock:
             if self.engine.gates(request):
-                gate = self.engine.gate_for(request.tools, request.talk_examples)
-                self.cache.activate(gate.key)
-                gate.warm(self._llm)
+                gate = self._gate_state(self.engine.gate_for(request.tools, request.talk_examples))
                 n += gate.prime(self._llm, request.messages)
                 if request.scope and self.engine.scope_note:  # the request question's too
-                    scope = self.engine.request_gate()
-                    self.cache.activate(scope.key)
-                    scope.warm(self._llm)
-                    n += scope.prime(self._llm, request.messages)
+                    n += self._gate_state(self.engine.request_gate()).prime(self._llm, request.messages)
             self.cache.activate(request.cache_key)
             n += self.engine.prefill(request)
         return n
