@@ -2,7 +2,9 @@
 
 The VAD model (a :class:`~rejoinder.ports.VADPort`) scores fixed windows (512 samples = 32 ms at
 16 kHz for Silero). :class:`VadTracker` re-blocks incoming frames into those windows in a
-preallocated buffer (no per-frame allocation), and applies hysteresis:
+preallocated buffer (no per-frame allocation), or, for a session, reads each window in place from
+the call's caller-audio ring (:meth:`VadTracker.push_ring`: no second copy), and applies
+hysteresis:
 
 * onset: a window with p ≥ ``threshold`` followed by windows with p ≥ ``neg_threshold`` lasting
   ``min_speech_ms`` in all; the onset time is the start of the first of them (the first voiced
