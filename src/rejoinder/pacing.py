@@ -203,12 +203,10 @@ class Pacer:
         ``rounds`` frames per lane, then run the ``after_tick`` hooks once. Returns True when
         lanes are still behind (the caller yields to the event loop first, so that an overloaded
         process keeps serving its replies while its frame loops catch up)."""
-        now_ms = self.clock.now_ms
-        now = now_ms()
+        clock = self.clock
+        now = clock.now_ms()
         frame = self.frame_ms
         ages = self.ages
-        counts, scale, top = ages.counts, ages._scale, ages._last  # AgeHistogram.add, inlined
-        stepped = 0
         pending = list(self.lanes) if lanes is None else lanes
         while pending and rounds > 0:
             rounds -= 1
@@ -223,12 +221,7 @@ class Pacer:
                     lane.k += int((now - due) // frame)  # too late: skip ahead, no burst
                     due = lane.first_ms + lane.k * frame + lane.offset_ms
                 t = lane.first_ms + lane.k * frame
-                age = now_ms() - due
-                i = int(age * scale) if age > 0 else 0
-                counts[i if i < top else top] += 1
-                stepped += 1
-                if age > ages.max_ms:
-                    ages.max_ms = age
+                ages.add(clock.now_ms() - due)
                 try:
                     out = lane.step(t)
                 except Exception as exc:  # noqa: BLE001 — handed to the lane's owner
@@ -240,7 +233,6 @@ class Pacer:
                 elif lane.first_ms + lane.k * frame + lane.offset_ms <= now + 1e-6:
                     behind.append(lane)
             pending = behind
-        ages.n += stepped
         for hook in self.after_tick:
             try:
                 hook()
