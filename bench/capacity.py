@@ -26,6 +26,13 @@ Report both; S ≥ 33 lets the first round's rings be written through.
 ``--time-ring`` times every caller-audio ring write in the window (mean µs, share over 20 µs: a
 first touch of a fresh page).
 
+``--time-frame-path`` times the pacer's ticks in the window (wall time inside
+:meth:`rejoinder.pacing.Pacer.tick`: every call's 20 ms frame step, both the agent's and the
+simulated caller's, and the after-tick VAD batch) per call-frame: the frame path's share of the
+CPU cost, apart from the turns' and replies' work. Steadier than the process CPU (±3 % between
+fresh processes of one build on a quiet box, 2026-12-05), so a change to the frame path is seen
+in fewer runs.
+
 ``--arms`` compares code versions in one run, level by level, alternating (A1 B1 A10 B10 …), so
 both see the same machine load: ``branch`` is this checkout's ``src``; ``main`` is a git worktree
 of ``--main-commit`` (default d8a83b0, made under ``/tmp`` if missing). Main's frame loops are
@@ -79,8 +86,30 @@ def _time_ring_writes() -> dict:
     return stat
 
 
+def _time_frame_path() -> dict | None:
+    """``--time-frame-path``: wall time (ns) inside the shared pacer's ticks in the window."""
+    try:
+        from rejoinder import pacing
+    except ImportError:  # today's main: per-call timers, no pacer
+        return None
+    stat = {"on": False, "ns": 0}
+    tick, clock = pacing.Pacer.tick, time.perf_counter_ns
+
+    def timed(self, *args, **kwargs):
+        if not stat["on"]:
+            return tick(self, *args, **kwargs)
+        t0 = clock()
+        try:
+            return tick(self, *args, **kwargs)
+        finally:
+            stat["ns"] += clock() - t0
+
+    pacing.Pacer.tick = timed
+    return stat
+
+
 def _child(n: int, seconds: float, stagger: float, vad: str, warm_s: float = 0.0,
-           time_ring: bool = False) -> dict:
+           time_ring: bool = False, time_frame_path: bool = False) -> dict:
     import gc
 
     import psutil
@@ -96,6 +125,7 @@ def _child(n: int, seconds: float, stagger: float, vad: str, warm_s: float = 0.0
     state = {"measure": False}
     ages = array.array("f")
     ring = _time_ring_writes() if time_ring else None
+    path = _time_frame_path() if time_frame_path else None
 
     class ProbeClock(RealClock):
         """Main's frame loop calls ``pace(t)`` once per frame: record how late it resumed."""
@@ -133,6 +163,8 @@ def _child(n: int, seconds: float, stagger: float, vad: str, warm_s: float = 0.0
         state["measure"] = True
         if ring is not None:
             ring["on"] = True
+        if path is not None:
+            path["on"] = True
         if pacing is not None:
             pacing.shared_pacer().ages.reset()
         window.update(t=time.perf_counter(), cpu=sum(proc.cpu_times()[:2]),
@@ -150,6 +182,9 @@ def _child(n: int, seconds: float, stagger: float, vad: str, warm_s: float = 0.0
         wall = time.perf_counter() - window["t"]
         cpu = sum(proc.cpu_times()[:2]) - window["cpu"]
         frames = pacing.shared_pacer().ages.n if pacing is not None else len(ages)
+        if path is not None:
+            path["on"] = False
+            window["frame_path_us_per_call_frame"] = round(path["ns"] / 1e3 / max(1, frames), 2)
         window.update(wall_s=round(wall, 2), cpu_pct=round(100 * cpu / wall, 1),
                       # CPU per call-frame: all the process's work (frames, turns, replies) over
                       # the call-frames it processed; a loaded machine does not inflate it
@@ -215,6 +250,7 @@ def run_level(src: Path, n: int, a) -> dict:
     cmd += [sys.executable, str(HERE / "capacity.py"), "--child", str(n), "--seconds", str(a.seconds),
            "--stagger", str(a.stagger), "--vad", a.vad, "--warm-seconds", str(a.warm_seconds)]
     cmd += ["--time-ring"] if a.time_ring else []
+    cmd += ["--time-frame-path"] if a.time_frame_path else []
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
     if out.returncode != 0:
         return {"calls": n, "failed": out.stderr.strip().splitlines()[-1:] or ["?"]}
@@ -244,6 +280,8 @@ def main() -> None:
                          "new calls: a process that has served calls before (0: a fresh process)")
     ap.add_argument("--time-ring", action="store_true",
                     help="time each caller-audio ring write in the window (adds ≈ 0.2 µs a frame)")
+    ap.add_argument("--time-frame-path", action="store_true",
+                    help="time the pacer's ticks: the frame path's µs per call-frame")
     ap.add_argument("--bound-ms", type=float, default=20.0, help="frame-age p99 bound")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--nice", type=int, default=0,
@@ -253,7 +291,8 @@ def main() -> None:
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child is not None:
-        print(json.dumps(_child(a.child, a.seconds, a.stagger, a.vad, a.warm_seconds, a.time_ring)))
+        print(json.dumps(_child(a.child, a.seconds, a.stagger, a.vad, a.warm_seconds, a.time_ring,
+                                a.time_frame_path)))
         return
     arms = {}
     for arm in a.arms.split(","):
@@ -269,7 +308,9 @@ def main() -> None:
                   f"{fa.get('max')} ms  V2V p50/p95 {r.get('v2v_ms', {}).get('p50')}/"
                   f"{r.get('v2v_ms', {}).get('p95')} ms  CPU {r.get('cpu_pct')} %  "
                   f"{r.get('cpu_us_per_call_frame')} us/call-frame ({r.get('calls_per_core')} calls "
-                  f"fill a core)  RSS "
+                  f"fill a core)"
+                  f"{'  frame path ' + str(r['frame_path_us_per_call_frame']) + ' us' if 'frame_path_us_per_call_frame' in r else ''}"
+                  f"  RSS "
                   f"{r.get('rss_mb')} MB  turns {r.get('turns')} errors {r.get('errors')}"
                   f"{'  FAILED ' + str(r['failed']) if 'failed' in r else ''}", file=sys.stderr)
     out = {"vad": a.vad, "warm_s": a.warm_seconds, "levels": levels, "seconds": a.seconds, "arms": rows,

@@ -414,10 +414,13 @@ async def test_a_tool_with_a_confirmation_runs_only_when_called_again_in_the_nex
     assert not yes.held and yes.result == {"cancelled": "haircut"} and done == ["haircut"]
     # the ask is used up; an ask expires once the turn after it was answered otherwise; a
     # failing question is an error
-    assert (await conv.run_tool(3, ToolCall("d", "cancel", {"item": "haircut"}))).held
-    conv.add_heard(3, "Cancel my haircut.", [], "Shall I cancel the haircut?")
+    assert (await conv.run_tool(3, ToolCall("d", "cancel", {"item": "perm"}))).held
+    conv.add_heard(3, "Cancel my perm.", [], "Shall I cancel the perm?")
     conv.add_heard(4, "No, leave it.", [], "Okay, it stays.")
-    assert (await conv.run_tool(5, ToolCall("e", "cancel", {"item": "haircut"}))).held
+    assert (await conv.run_tool(5, ToolCall("e", "cancel", {"item": "perm"}))).held
+    # the haircut again: what was done is answered, not asked or done twice
+    twice = await conv.run_tool(5, ToolCall("h", "cancel", {"item": "haircut"}))
+    assert twice.repeated and not twice.held and twice.result == {"cancelled": "haircut"}
     conv.add_heard(6, "Never mind.", [], "Okay.")
     bad = await conv.run_tool(12, ToolCall("f", "cancel", {"item": "nothing"}))
     assert bad.error == "there is no such booking" and not bad.held and done == ["haircut"]
@@ -459,3 +462,53 @@ async def test_the_turn_after_a_confirmation_question_may_only_confirm_that_tool
     assert done.result == {"cancelled": "haircut"}
     after = conv.request([ChatMessage("user", "Thanks.")], final_step=False)
     assert after.allowed_tools is None and after.confirming is None
+
+
+async def test_a_call_that_only_restates_the_last_change_is_not_run_again():
+    """After a move was done, the same move again (the caller's "see you Wednesday then", its
+    other arguments inherited) answers from the earlier run; a different move, a move back to
+    an earlier slot after another move, a compensated move and read-only lookups all run."""
+    from rejoinder.conversation import Conversation
+    from rejoinder.clock import RealClock
+    from rejoinder.tools import CallContext
+
+    moves: list[tuple[str, str]] = []
+    looks: list[str] = []
+
+    def undo(ctx, result, day: str, time: str = "", service: str = "") -> None:
+        moves.append(("undo", day))
+
+    @tool(reversible=True, compensate=undo)
+    def move(day: str, time: str = "", service: str = "") -> dict:
+        """Move a booking."""
+        moves.append((day, time))
+        return {"moved_to": f"{day} {time}".strip()}
+
+    @tool(reversible=True)
+    def look(item: str) -> dict:
+        """Find a booking."""
+        looks.append(item)
+        return {"found": item}
+
+    agent = Agent("You are a test agent.", tools=[move, look])
+    conv = Conversation(agent, CallContext("r", None), Stamper("r", RealClock(), EventBus()))
+    first = await conv.run_tool(1, ToolCall("a", "move", {"day": "Wednesday", "time": "11:00",
+                                                           "service": "haircut"}))
+    assert not first.repeated and moves == [("Wednesday", "11:00")]
+    again = await conv.run_tool(2, ToolCall("b", "move", {"day": "Wednesday", "time": "11:00",
+                                                           "service": ""}))
+    assert again.repeated and again.result == {"moved_to": "Wednesday 11:00"}
+    assert moves == [("Wednesday", "11:00")]  # not moved a second time
+    other = await conv.run_tool(3, ToolCall("c", "move", {"day": "Tuesday", "time": "10:00"}))
+    assert not other.repeated and moves[-1] == ("Tuesday", "10:00")
+    back = await conv.run_tool(4, ToolCall("d", "move", {"day": "Wednesday", "time": "11:00"}))
+    assert not back.repeated and moves[-1] == ("Wednesday", "11:00")  # the last change was Tuesday
+    for _ in range(2):  # a read-only tool reads again
+        assert not (await conv.run_tool(5, ToolCall("e", "look", {"item": "x"}))).repeated
+    assert looks == ["x", "x"]
+    # a look in between does not hide the last change; a compensated change no longer counts
+    assert (await conv.run_tool(6, ToolCall("f", "move", {"day": "Wednesday"}))).repeated
+    await conv.compensate(4, back)
+    assert moves[-1] == ("undo", "Wednesday")
+    redo = await conv.run_tool(7, ToolCall("g", "move", {"day": "Wednesday", "time": "11:00"}))
+    assert not redo.repeated and moves[-1] == ("Wednesday", "11:00")

@@ -16,6 +16,13 @@ are kept whatever was heard — they happened.
 Tool runs are stamped here (``tool_start`` / ``tool_end``, with name, arguments, reversibility and
 whether the run was tentative) — the one place tools are timed.
 
+A call that only *restates* the call's last change of state is not run again
+(:meth:`Conversation.restated`): after "move my haircut to Wednesday at eleven" was done, a
+caller's "see you on Wednesday then" may come back from a small LLM as the same move (the day said
+again, the rest inherited from the earlier call), and running it would change, charge or send a
+second time. A tool that changes state is one that is irreversible or has a ``compensate``; a
+read-only tool (a lookup) runs again and reads fresh data. The LLM gets the earlier result.
+
 Conversation steps (:mod:`rejoinder.flow`): the conversation is at a :class:`~rejoinder.flow.Position`
 (the agent speaking, its current step). A request adds the step's instructions after the
 history and restricts the calls to the step's tools (``LLMRequest.allowed_tools``); a reply's
@@ -57,7 +64,9 @@ class ToolRun:
     tentative: bool = False
     compensated: bool = False
     control: Any = None  # a GoTo / HandOff / HangUp / Transfer the tool returned
-    repeated: bool = False  # answered from an earlier run of the same turn, not run again
+    # answered from an earlier run, not run again: the same call earlier in this turn, or a call
+    # that only restates the call's last change of state (Conversation.restated)
+    repeated: bool = False
     held: bool = False  # not run: the caller is asked to confirm first (Tool.confirm)
 
     def message(self) -> ChatMessage:
@@ -86,6 +95,13 @@ def _as_run(tool: Any, arguments: Any) -> dict[str, Any]:
             pass
     return dict(arguments or {})
 
+
+def changes_state(tool: Any) -> bool:
+    """Whether ``tool`` changes something outside the call: irreversible, or reversible with a
+    ``compensate`` (a read-only tool needs none)."""
+    return tool is not None and (not tool.reversible or tool.compensate_fn is not None)
+
+
 class Conversation:
     """The chat with the LLM for one call (see the module docstring)."""
 
@@ -99,6 +115,8 @@ class Conversation:
         self.heard_log: list[tuple[int, str]] = []  # (turn id, assistant text added as heard)
         self.position = Position.start(agent)
         self.on_end = None  # called with (turn id, HangUp | Transfer) when a reply ends the call
+        # the call's last run of a state-changing tool that succeeded, and its arguments as run
+        self._change: tuple[ToolRun, dict[str, Any]] | None = None
         if self.position.step is not None:
             st.emit(StepEntered(agent.name, self.position.step.name, None, "start", None,
                                 st.now(), st.call_id, 0))
@@ -187,7 +205,9 @@ class Conversation:
         (unknown tool, a tool the current step does not allow, bad arguments, an exception, the
         timeout, a control result naming no step or agent) become the run's ``error`` for the
         LLM to read. A control result (:mod:`rejoinder.flow`) is kept as the run's ``control``
-        and its ``result`` given to the LLM. Never raises but for cancellation."""
+        and its ``result`` given to the LLM. A call that only restates the call's last change of
+        state (:meth:`restated`) is not run or stamped: it gets that run's result
+        (``ToolRun.repeated``). Never raises but for cancellation."""
         pos = pos or self.position
         agent = pos.agent
         tool = agent.tools.get(call.name)
@@ -199,13 +219,16 @@ class Conversation:
         # any the question left out)
         run_args = {**call.arguments, **asked} if asked else call.arguments
         args = _as_run(tool, run_args)
+        allowed = pos.allowed()
+        if (asked is None and (allowed is None or call.name in allowed)
+                and (earlier := self.restated(call.name, args, tool)) is not None):
+            return ToolRun(call, earlier.result, repeated=True)
         self.st.stamp("tool_start", turn_id, name=call.name, args=args,
                       reversible=reversible, tentative=tentative)
         try:
             if tool is None:
                 raise ToolError(f"there is no tool named {call.name!r}; the tools are "
                                 f"{', '.join(agent.tools) or 'none'}")
-            allowed = pos.allowed()
             if allowed is not None and call.name not in allowed:  # a backend that ignored it
                 raise ToolError(f"{call.name} cannot be used now; the tools for this part of the "
                                 f"call are {', '.join(allowed) or 'none'}")
@@ -224,9 +247,24 @@ class Conversation:
         finally:
             self.st.stamp("tool_end", turn_id, name=call.name, error=run.error,
                           **({"held": True} if run.held else {}))
+        if run.error is None and not run.held and changes_state(tool):
+            self._change = (run, args)
         self.st.emit(ToolCallEvent(call.name, args, reversible, self.st.now(),
                                    self.st.call_id, turn_id, result=run.result, error=run.error))
         return run
+
+    def restated(self, name: str, args: dict[str, Any], tool: Any) -> ToolRun | None:
+        """The run of the call's last change of state when a call of ``name`` with ``args`` (as
+        run) only restates it: the same state-changing tool, and every argument given (not
+        None or empty) equal to that run's; else None. Only the *last* change counts: "back to
+        Wednesday" after a move to Tuesday is a new move. A compensated run no longer counts."""
+        if self._change is None or not changes_state(tool):
+            return None
+        run, before = self._change
+        if run.call.name != name or run.compensated:
+            return None
+        given = {k: v for k, v in args.items() if v is not None and v != ""}
+        return run if all(before.get(k) == v for k, v in given.items()) else None
 
     @staticmethod
     def _control(agent: Agent, control: Any) -> Any:

@@ -325,7 +325,7 @@ class Draft:
                                        or step.runs.append(t.result()))
                 t0 = self.conv.st.now()
                 run = await asyncio.shield(task)
-                if tool is not None:
+                if tool is not None and not run.repeated:  # (a restatement did not run)
                     tool.observe(self.conv.st.now() - t0)
                 pending.append(run.message())
                 self._after_run(run)

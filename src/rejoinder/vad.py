@@ -67,8 +67,9 @@ class VadTracker:
         self.pause_ms = pause_ms
         self.window = vad.window_samples
         self.window_ms = 1000.0 * self.window / vad.sample_rate
-        # staging: samples [_pos, _fill) are not judged yet; compacted only when full
-        self._buf = np.zeros(self.window * 8, dtype=np.float32)
+        # staging: samples [_pos, _fill) are not judged yet; compacted only when full. Made at
+        # the first push: a session reads its windows from its ring (push_ring) and never stages
+        self._buf: np.ndarray | None = None
         self._pos = 0
         self._win = np.zeros(self.window, dtype=np.float32)  # one window, scaled
         self._scale = 1.0
@@ -115,6 +116,8 @@ class VadTracker:
         batching VAD: they go to :attr:`on_signals` once judged)."""
         n = len(frame)
         buf = self._buf
+        if buf is None:
+            buf = self._buf = np.zeros(self.window * 8, dtype=np.float32)
         if frame.dtype is not buf.dtype:  # int16 stays int16 until a window is full
             self._convert(frame.dtype)
             buf = self._buf
