@@ -41,6 +41,12 @@ P = SoundPolicy()
     (Heard("Thursday.", 600, 0.05, -0.3), "barge_in"),
     (Heard("Tuesday", 600, None, None), "barge_in"),
     (Heard("Thursday afternoon please", 650, 0.3, -1.2), "barge_in"),  # three words: a turn
+    # digits read out over the agent take the turn, however short ("6." resumed over as unclear
+    # lost a caller's first digit); "oh" alone stays a backchannel, "10 rounds." unclear above
+    (Heard("6.", 300, 0.1, -0.5), "barge_in"),
+    (Heard("Four, two.", 350, 0.1, -1.3), "barge_in"),
+    (Heard("Six, oh.", 400, 0.1, -0.6), "barge_in"),
+    (Heard("Oh.", 300, 0.1, -0.5), "backchannel"),
 ])
 def test_overlap_verdict(heard, verdict):
     assert overlap_verdict(heard, BACKCHANNELS, P) == verdict

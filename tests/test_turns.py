@@ -81,6 +81,30 @@ def test_overlap_hold_then_backchannel_or_barge_in():
     assert t.state is State.USER_SPEAKING
 
 
+def test_sounds_resumed_over_just_before_a_turn_start_that_turn():
+    """A caller's "6." taken for a short sound and "oh" for a backchannel, then "5, 8" barging
+    in: the new turn starts at the "6", so the whole number is transcribed; a sound resumed
+    over longer ago (or one a turn already followed) starts nothing."""
+    join = TurnPolicy().overlap_join_ms
+    t = TurnTaker(TurnPolicy(barge_in_ms=400))
+    t.speech_onset(0, 64); t.speech_pause(500, 660); t.eot_result(1, 0.9, 700)
+    t.agent_audible(1, 1000)
+    t.speech_onset(2000, 2064); t.speech_pause(2300, 2460)
+    assert t.backchannel_result(1, True, 2600, reason="unclear") == [Resume(1, "unclear")]
+    t.speech_onset(3000, 3064); t.speech_pause(3200, 3360)  # "oh", 700 ms after the "6"
+    assert t.backchannel_result(1, True, 3500) == [Resume(1)]
+    t.speech_onset(3200 + join, 3264 + join)  # "5", as late as still joins
+    assert t.speech_continues(3700 + join) == [CancelReply(1, "barge_in"), OpenTurn(2, 2000)]
+    # the next turn after another resumed sound, too late to join: its own onset
+    t.speech_pause(4000 + join, 4160 + join); t.eot_result(2, 0.9, 4200 + join)
+    t.agent_audible(2, 4300 + join)
+    t.speech_onset(5000 + join, 5064 + join); t.speech_pause(5200 + join, 5360 + join)
+    assert t.backchannel_result(2, True, 5400 + join) == [Resume(2)]
+    late = 5200 + 2 * join + 1
+    t.speech_onset(late, late + 64)
+    assert t.speech_continues(late + 500) == [CancelReply(2, "barge_in"), OpenTurn(3, late)]
+
+
 def test_vad_tracker_onset_and_pause_times():
     tr = VadTracker(AmplitudeVAD(), min_speech_ms=64, pause_ms=160)
     sigs = []

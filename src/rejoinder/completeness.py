@@ -31,7 +31,9 @@ DANGLING_WORDS = frozenset({
     "our", "is", "uh", "um", "er",
     # a verb whose complement is still to come: "Yeah, it's." was a caller's "Yeah, it's" before
     # she read her order number after a 300 ms pause (a suite run, 2026-12-05, Whisper base)
-    "it's", "its", "that's", "i'm"})
+    "it's", "its", "that's", "i'm",
+    # ... and a copula before it ("It ought to be." before an order number, 2026-12-05)
+    "be"})
 
 
 @dataclass(frozen=True, slots=True)

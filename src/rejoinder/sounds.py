@@ -15,10 +15,14 @@ its voiced duration and the model's confidence) and never from a word list alone
      resume, ``backchannel``;
   4. Whisper's own silence rule, ``no_speech_prob > no_speech_prob`` and ``avg_logprob <
      unclear_logprob`` → resume, ``non_speech``;
-  5. at most ``unclear_max_words`` words and either shorter than ``short_sound_ms`` of voiced
+  5. only digits ("6.", "Four, two."; "oh" among them, not alone) → ``barge_in``: a caller
+     reading a number over the agent is taking the turn, and a digit resumed over is a digit
+     lost (a blind-suite caller's "6." over the reply was resumed over as ``unclear`` and her
+     order number heard as "5, 8", run ``20261205-215427-1db5``);
+  6. at most ``unclear_max_words`` words and either shorter than ``short_sound_ms`` of voiced
      audio (a 0.3 s fragment transcribed as "Order.") or ``avg_logprob < unclear_logprob`` (a
      0.4 s "mm-hmm" transcribed as "Ememson") → resume, ``unclear``;
-  6. anything else ("Thursday!", "what about the other one") → ``barge_in``.
+  7. anything else ("Thursday!", "what about the other one") → ``barge_in``.
 
 * **A whole caller turn that is only a hallucination** (:func:`noise_verdict`). Whisper writes
   words on noise and multi-talker babble ("The" at avg log-prob ≈ -3; "Call for a day." at
@@ -50,6 +54,8 @@ import zlib
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .dictation import DIGIT_WORDS
 
 # lone letters (not "a"/"i"), hums and hesitation sounds: "m", "mm", "hmm", "mhm", "uh", "um", "er"
 _FILLER = re.compile(r"^(?:[hm]+|u+[hm]+|a+h+|e+r+m?|[b-hj-z])$")
@@ -115,6 +121,11 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", _TAG.sub(" ", text.lower()).replace("-", " "))
 
 
+def is_digit(word: str) -> bool:
+    """True for digits ("6", "4217") and digit words but "oh"/"o" ("four", "zero")."""
+    return word.isdigit() or (word in DIGIT_WORDS and word not in ("oh", "o"))
+
+
 def is_filler(word: str) -> bool:
     """True for a hum, hesitation or lone letter ("m", "hmm", "mhm", "uh", "um", "er", "x")."""
     return bool(_FILLER.match(word))
@@ -160,6 +171,8 @@ def overlap_verdict(h: Heard, backchannels: tuple[str, ...], policy: SoundPolicy
         return "backchannel"
     if _whisper_silence(h, policy):
         return "non_speech"
+    if any(map(is_digit, lexical)) and all(is_digit(w) or w in ("oh", "o") for w in lexical):
+        return "barge_in"  # digits read out ("6.", "Four, two.")
     if len(lexical) <= policy.unclear_max_words:
         if h.duration_ms < policy.short_sound_ms:
             return "unclear"

@@ -121,8 +121,15 @@ class TurnPolicy(BaseModel):
                                       "when the speculative transcript also reads as complete")
     silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
     digit_hold_ms: float = Field(1400, gt=0, description="silence timeout when the turn ends in a digit")
+    dangling_hold_ms: float = Field(1400, gt=0, description="silence timeout when the turn's "
+                                    "transcript ends mid-phrase (\"It ought to be\", \"my\": "
+                                    "rejoinder.completeness.dangling)")
     barge_in_ms: float = Field(700, ge=0, description="voiced time over the agent that cuts it off "
                                "without waiting for a transcript")
+    overlap_join_ms: float = Field(1500, ge=0, description="a short sound the reply resumed over "
+                                   "(a backchannel, an unclear word) that ended at most this long "
+                                   "before the caller's next turn starts that turn: its words are "
+                                   "transcribed with the turn's, never lost")
     backchannels: tuple[str, ...] = Field(
         ("uh-huh", "mm-hmm", "mhm", "hmm", "mm", "huh", "yeah", "yes", "yep", "right", "okay", "ok",
          "sure", "i see", "got it", "alright", "uh", "um", "ah", "oh"),
@@ -260,6 +267,9 @@ class TurnTaker:
         self._eot_prob: float | None = None
         self._ends_in_digit = False
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
+        #: (start, end) of the short sounds the reply resumed over, back to back (each within
+        #: ``overlap_join_ms`` of the last): the next turn starts at ``start`` if it comes soon
+        self._resumed_over: tuple[float, float] | None = None
         self._text_complete = False
         self._decisive = False
         self._text_known = False  # the current pause's transcript has arrived
@@ -427,9 +437,14 @@ class TurnTaker:
 
     def _limit(self) -> float:
         """The silence timeout of this pause: ``digit_hold_ms`` while a number is being read out
-        (this pause's transcript ends in one, or it has not come yet and the last one did)."""
+        (this pause's transcript ends in one, or it has not come yet and the last one did);
+        ``dangling_hold_ms`` when the transcript ends mid-phrase (a blind-suite caller's "It
+        ought to be." was ended by the 900 ms timeout a breath before her order number, run
+        ``20261205-223530-c8c9``)."""
         if self._ends_in_digit or (self._dictating and not self._text_known):
             return self.policy.digit_hold_ms
+        if self._dangling:  # "It ought to be", then a breath before the number
+            return max(self.policy.dangling_hold_ms, self.policy.silence_timeout_ms)
         return self.policy.silence_timeout_ms
 
     def _timeouts(self, now: float) -> list[Action]:
@@ -484,6 +499,9 @@ class TurnTaker:
         if self._speech_since is not None:  # the caller is talking again: let barge-in decide
             return []
         if backchannel:
+            prev = self._resumed_over
+            joined = prev is not None and overlap[0] - prev[1] <= self.policy.overlap_join_ms
+            self._resumed_over = (prev[0] if joined else overlap[0], overlap[1])
             return [Resume(turn_id, reason)]
         actions = self._barge_in(overlap[0])
         return actions + self.speech_pause(overlap[1], now)
@@ -526,6 +544,12 @@ class TurnTaker:
 
     # --- transitions --------------------------------------------------------------------
     def _open(self, at_ms: float) -> list[Action]:
+        """A new caller turn whose first voiced sample is ``at_ms``, or earlier: the start of the
+        short sounds the reply resumed over just before (``overlap_join_ms``), so that a caller's
+        "6." taken for a backchannel and then "oh, 5, 8" is transcribed as one turn."""
+        resumed, self._resumed_over = self._resumed_over, None
+        if resumed is not None and at_ms - resumed[1] <= self.policy.overlap_join_ms:
+            at_ms = min(at_ms, resumed[0])
         self.turn_id += 1
         self.state = State.USER_SPEAKING
         self._ends_in_digit = False

@@ -77,6 +77,22 @@ def test_whisper_empty_and_hotwords(asterisk, norm):
         assert norm(stt.transcribe_sync(x)) == norm(ref)
 
 
+def test_whisper_beam_search(asterisk, norm):
+    from rejoinder.adapters.registry import WhisperOptions
+    from rejoinder.adapters.whisper_stt import WhisperSTT
+
+    stt = WhisperSTT(beam_size=4, initial_prompt="Caller reads digits.")
+    for name in ("vm-enter-num-to-call", "digits/7"):  # both decode paths, with a beam
+        x, ref = asterisk(name)
+        assert norm(stt.transcribe_sync(x, short_window=True)) == norm(ref)
+        assert norm(stt.transcribe_sync(x, short_window=False)) == norm(ref)
+    with pytest.raises(ValueError, match="beam_size must be at least 1"):
+        WhisperSTT(beam_size=0)
+    assert WhisperOptions().beam_size == 1
+    with pytest.raises(ValueError):
+        WhisperOptions(beam_size=0)
+
+
 # ---------------------------------------------------------------- llama.cpp
 def test_chatml_prompt():
     from rejoinder.adapters.llama_llm import DEFAULT_SYSTEM, chatml_prompt

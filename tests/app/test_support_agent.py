@@ -184,6 +184,11 @@ def test_the_tools_the_llm_sees():
         "at ten o'clock in the morning"]
     assert support.reschedule_appointment.parse(
         {"day": "Friday", "time": "at ten o'clock in the morning"})["time"] == "10:00"
+    # "four p.m." transcribed "For PM" is still a time; "to PM" is not (no hour)
+    assert grounded_values(time, "On Wednesday instead. For PM, if you've got it.") == ["4 PM"]
+    assert support.reschedule_appointment.parse({"day": "Wednesday", "time": "4 PM"})["time"] == "16:00"
+    assert grounded_values(time, "Could you move it to PM?") == []
+    assert grounded_values(time, "I'm looking for something on Friday.") == []
     # no tool takes the caller's identity: it comes from the runtime
     for s in schemas.values():
         assert not {"phone", "customer_phone", "ctx", "customer_id"} & set(s.parameters["properties"])

@@ -122,6 +122,10 @@ def test_the_suite_ships_in_the_wheel():
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_each_blind_scenario_fits_the_demo_data(path, tmp_path):
+    fits_demo_data(path, tmp_path)
+
+
+def fits_demo_data(path, tmp_path) -> None:
     """Valid YAML; prompts only (attributed) and the caller voice; the expected tools exist;
     expected order numbers are the caller's and are the digits the caller reads; a number read
     with no lookup expected is not the caller's (nobody's, or another customer's in a security

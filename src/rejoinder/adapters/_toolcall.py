@@ -354,6 +354,11 @@ def argument_sources(schema: dict[str, Any], said: str, before: str = "") -> dic
 
 _DIGIT_OF = DIGIT_WORDS
 _DIGIT_WORD = re.compile(r"(?<![\w'])(?:" + "|".join(_DIGIT_OF) + r")(?![\w'])", re.IGNORECASE)
+#: the homophones a recogniser writes for a digit said before "a.m."/"p.m." ("For PM, if
+#: you've got it." for "four p.m.", Whisper base on the synthetic caller voice, 2026-12-05)
+#: ("to" is left alone: "move it to PM" is no hour)
+_HOMOPHONE_OF = {"for": "4", "too": "2"}
+_HOUR_HOMOPHONE = re.compile(r"(?<![\w'])(?:for|too)(?=\s*[ap]\.?\s*m\b)", re.IGNORECASE)
 #: an ellipsis between two digits: Whisper's transcript of digits read with long pauses
 _DIGIT_PAUSE = re.compile(r"(?<=\d)\s*(?:\.{2,}|\u2026)\s*(?=\d)")
 
@@ -362,8 +367,10 @@ def spoken_versions(text: str) -> list[str]:
     """``text`` as transcribed, then with digits read as words written as digits ("Four, two,
     one, seven." → "4, 2, 1, 7."), then with an ellipsis between digits written as a comma
     ("3... 6... 0... 7..." → "3, 6, 0, 7...", as Whisper writes a number read with long pauses):
-    a recogniser writes any of these; each different version once."""
+    a recogniser writes any of these; each different version once. In the digit version a
+    homophone of a digit before "am"/"pm" is that digit too ("for PM" → "4 PM")."""
     digits = _DIGIT_WORD.sub(lambda m: _DIGIT_OF[m.group(0).lower()], text)
+    digits = _HOUR_HOMOPHONE.sub(lambda m: _HOMOPHONE_OF[m.group(0).lower()], digits)
     return list(dict.fromkeys((text, digits, _DIGIT_PAUSE.sub(", ", digits))))
 
 

@@ -29,6 +29,7 @@ class WhisperOptions(BaseModel):
     initial_prompt: str | None = None
     hotwords: str | None = None
     language: str = "en"
+    beam_size: int = Field(1, ge=1, le=10, description="the decoder's beam (1: greedy)")
 
 
 class LlamaOptions(BaseModel):

@@ -1,0 +1,122 @@
+"""The sealed suite: 14 scenarios written blind (no stored run, transcript, timeline or
+task-success figure read), every one valid and fitting the reference support agent's demo data,
+no caller utterance (nearly) one that a tool decision was tuned or calibrated on, nor one of the
+``reference``, ``heldout``, ``unseen``, ``fresh`` or ``blind`` suites, and the suite bundled and
+runnable with the others (``rejoinder bench sealed``;
+``rejoinder bench reference,heldout,unseen,fresh,blind,sealed``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from rejoinder.harness.heldout import caller_utterances
+from rejoinder.harness.suite import SUITES_DIR, bundled_suites, load_suite, suite_files
+from rejoinder.scenario import Scenario
+
+from test_harness_blind import calibration_and_all_suites, digits_read, fits_demo_data
+from test_harness_fresh import assert_apart
+from test_harness_unseen import farewell_turns, in_the_wheel, sources_of_a_copy, suite_shape
+
+SUITE = "sealed"
+FILES = suite_files(SUITE)[1]
+OTHER_SUITES = ("reference", "heldout", "unseen", "fresh", "blind")
+
+
+def calibration_and_five_suites() -> dict[str, list[str]]:
+    """Everything :func:`test_harness_blind.calibration_and_all_suites` holds (tool and talk
+    examples, the gate's talk examples, the confirmation yes/no examples, the call tools'
+    examples, bench/tool_choice.py, the reference, heldout, unseen and fresh suites), plus the
+    blind suite's caller utterances."""
+    out = calibration_and_all_suites()
+    out["blind suite"] = [u for sc in load_suite("blind")[1] for u in caller_utterances(sc)]
+    return out
+
+
+def test_no_sealed_utterance_is_near_calibration_or_another_suite():
+    _, sealed = load_suite(SUITE)
+    assert_apart(sealed, calibration_and_five_suites(), {
+        "tool examples": 10, "bench/tool_choice.py": 30, "heldout suite": 20,
+        "reference suite": 10, "unseen suite": 20, "fresh suite": 20, "blind suite": 20,
+        "gate talk examples": 5, "confirmation examples": 4, "call tool examples": 2})
+
+
+def test_a_blind_utterance_copied_into_the_suite_is_caught():
+    """The blind suite is read: a turn that repeats one of its sentences with a word changed
+    trips it."""
+    assert sources_of_a_copy("Fab, I'll set an early alarm for this.",
+                             calibration_and_five_suites()) == {"blind suite"}
+
+
+def test_sealed_suite_is_valid_bundled_and_apart_from_the_other_suites():
+    _, sealed = load_suite(SUITE)
+    others = {name: load_suite(name)[1] for name in OTHER_SUITES}
+    assert len(sealed) == 14 and len(FILES) == len(sealed)
+    assert (SUITES_DIR / SUITE / "README.md").exists()
+    names = {s.name for s in sealed}
+    stems = {p.stem for p in FILES}
+    for name, scs in others.items():
+        assert not names & {s.name for s in scs}, name
+        assert not stems & {p.stem for p in suite_files(name)[1]}, name  # new file names too
+    assert SUITE in bundled_suites()
+    _, all6 = load_suite(",".join(OTHER_SUITES + (SUITE,)))  # one run over the six suites
+    assert len(all6) == sum(map(len, others.values())) + len(sealed)
+    suite_shape(SUITE, sealed)
+    for sc in sealed:
+        assert len(sc.turns) <= 3, sc.name  # short calls
+        assert sc.caller_voice == Scenario.model_fields["caller_voice"].default  # as blind
+        assert sc.caller_rate == Scenario.model_fields["caller_rate"].default
+    expected = {t.name for sc in sealed for turn in sc.turns for t in turn.expect.tools}
+    assert expected == {"lookup_order", "list_appointments", "reschedule_appointment",
+                        "cancel_appointment", "transfer_to_human"}
+    assert sum(bool(sc.transfers) for sc in sealed) == 1
+
+
+def test_the_suite_covers_what_it_was_asked_to():
+    """4 order lookups (one number given only when asked, one nobody's, one another customer's),
+    2 appointment listings, 3 reschedules (one self-corrected), 2 cancellations (one confirmed,
+    one declined), small talk, an out-of-scope request and a transfer."""
+    _, sealed = load_suite(SUITE)
+    tags = Counter(t for sc in sealed for t in sc.tags)
+    assert tags["lookup"] == 4 and tags["security"] == 1
+    assert tags["appointments"] == 2 and tags["reschedule"] == 3 and tags["self-correction"] == 1
+    assert tags["cancel"] == 2 and tags["small-talk"] == 1 and tags["out-of-scope"] == 1
+    assert tags["transfer"] == 1
+    cancels = [sc for sc in sealed if "cancel" in sc.tags]
+    confirmed = [sc for sc in cancels if any(t.name == "cancel_appointment"
+                                             for turn in sc.turns for t in turn.expect.tools)]
+    assert len(confirmed) == 1
+    for sc in cancels:  # never before the caller's answer; the declined one on no turn at all
+        assert "cancel_appointment" in sc.turns[0].expect.tools_absent, sc.name
+        assert len(sc.turns) == 2
+        if sc not in confirmed:
+            assert all("cancel_appointment" in turn.expect.tools_absent for turn in sc.turns)
+            assert all(cols.get("status") == "booked" for cols in sc.final_db["appointments"].values())
+    # the number given only when asked: the first turn reads none and forbids a lookup
+    later = [sc for sc in sealed if "lookup" in sc.tags and not digits_read(sc.turns[0])]
+    assert len(later) == 1 and "lookup_order" in later[0].turns[0].expect.tools_absent
+    assert digits_read(later[0].turns[1])
+    quiet = [sc for sc in sealed if "small-talk" in sc.tags or "out-of-scope" in sc.tags]
+    assert all(turn.expect.no_tools and turn.expect.not_echo for sc in quiet for turn in sc.turns)
+    # a lookup, a move or a listing checks the database; so does a cancellation, kept or not
+    for sc in sealed:
+        if {"lookup", "reschedule", "appointments", "cancel", "out-of-scope"} & set(sc.tags):
+            assert sc.final_db, sc.name
+
+
+def test_a_farewell_may_end_the_call():
+    """As in the unseen suite (:func:`test_harness_unseen.farewell_turns`)."""
+    assert farewell_turns(SUITE) >= 2
+
+
+def test_the_suite_ships_in_the_wheel():
+    in_the_wheel(FILES + [SUITES_DIR / SUITE / "README.md"])
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_each_sealed_scenario_fits_the_demo_data(path, tmp_path):
+    """As the blind suite's (:func:`test_harness_blind.fits_demo_data`): valid YAML, the caller's
+    own orders and digits, nobody's or another customer's number where no lookup is expected, and
+    every move on a free weekday slot within hours on the day named in the reply."""
+    fits_demo_data(path, tmp_path)
