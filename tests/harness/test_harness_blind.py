@@ -87,13 +87,18 @@ def test_the_suite_covers_what_it_was_asked_to():
     """4 order lookups (one number given only when asked, one nobody's, one another customer's),
     2 appointment listings, 3 reschedules (one self-corrected), 2 cancellations (one confirmed,
     one declined), small talk, an out-of-scope request and a transfer."""
-    _, blind = load_suite("blind")
-    tags = Counter(t for sc in blind for t in sc.tags)
+    covers_the_brief(load_suite("blind")[1])
+
+
+def covers_the_brief(scenarios: list) -> None:
+    """The composition both blind-written suites (``blind``, ``sealed``) were asked for (see
+    :func:`test_the_suite_covers_what_it_was_asked_to`)."""
+    tags = Counter(t for sc in scenarios for t in sc.tags)
     assert tags["lookup"] == 4 and tags["security"] == 1
     assert tags["appointments"] == 2 and tags["reschedule"] == 3 and tags["self-correction"] == 1
     assert tags["cancel"] == 2 and tags["small-talk"] == 1 and tags["out-of-scope"] == 1
     assert tags["transfer"] == 1
-    cancels = [sc for sc in blind if "cancel" in sc.tags]
+    cancels = [sc for sc in scenarios if "cancel" in sc.tags]
     confirmed = [sc for sc in cancels if any(t.name == "cancel_appointment"
                                              for turn in sc.turns for t in turn.expect.tools)]
     assert len(confirmed) == 1
@@ -104,10 +109,10 @@ def test_the_suite_covers_what_it_was_asked_to():
             assert all("cancel_appointment" in turn.expect.tools_absent for turn in sc.turns)
             assert all(cols.get("status") == "booked" for cols in sc.final_db["appointments"].values())
     # the number given only when asked: the first turn reads none and forbids a lookup
-    later = [sc for sc in blind if "lookup" in sc.tags and not digits_read(sc.turns[0])]
+    later = [sc for sc in scenarios if "lookup" in sc.tags and not digits_read(sc.turns[0])]
     assert len(later) == 1 and "lookup_order" in later[0].turns[0].expect.tools_absent
     assert digits_read(later[0].turns[1])
-    quiet = [sc for sc in blind if "small-talk" in sc.tags or "out-of-scope" in sc.tags]
+    quiet = [sc for sc in scenarios if "small-talk" in sc.tags or "out-of-scope" in sc.tags]
     assert all(turn.expect.no_tools and turn.expect.not_echo for sc in quiet for turn in sc.turns)
 
 
