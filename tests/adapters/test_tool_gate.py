@@ -53,6 +53,18 @@ def test_labels_are_tool_names_in_words_and_prompt_holds_every_example():
         LabelGate(())
 
 
+def test_prompt_shows_the_first_shots_of_each_label_only():
+    """Past ``max_shots`` an example is the matcher's and the calibration's, not the prompt's."""
+    many = tuple(f"Where is order {1000 + i}?" for i in range(9))
+    talk = tuple(f"Thanks {i} times." for i in range(5))
+    tools = (ToolSchema("lookup_order", "Look up an order.", {"type": "object"}, many),)
+    gate = LabelGate(tools, talk, max_shots=(4, 2))
+    shown = [x for x in (*many, *talk) if f"Caller: {x}\nLabel:" in gate.prefix]
+    assert shown == [*many[:4], *talk[:2]]
+    assert gate.prefix.count("Label: lookup order\n") == 4
+    full = LabelGate(tools, talk, max_shots=(9, 5))
+    assert full.prefix.count("Caller: ") == 14 and full.key != gate.key
+
 def test_context_is_the_assistants_last_words_before_the_caller():
     msgs = (SUPPORT, ChatMessage("assistant", "What is your order number?"),
             ChatMessage("user", "4217."))

@@ -30,6 +30,8 @@ from pydantic import BeforeValidator, Field
 
 from rejoinder.agent import Agent
 from rejoinder.app import db
+from rejoinder.app.examples import (CANCEL_EXAMPLES, END_EXAMPLES, LIST_EXAMPLES, MOVE_EXAMPLES,
+                                     ORDER_EXAMPLES, TALK_EXAMPLES, TRANSFER_EXAMPLES)
 from rejoinder.calltools import end_call, transfer_to_human
 from rejoinder.dictation import DIGIT_WORDS
 from rejoinder.flow import AgentStep
@@ -128,24 +130,11 @@ SERVICES = ("haircut", "consultation")
 Service = Annotated[Literal["haircut", "consultation", ""], BeforeValidator(_service)]
 
 
-# Tool examples: the tool gate's few-shot examples and its calibration set (rejoinder calibrate).
-# Written apart from the benchmark utterances (bench/tool_choice.py) and the held-out scenarios.
-ORDER_EXAMPLES = ("Could you find order 8812 for me?", "Order number 3 3 0 9.",
-                  "Is my package 1456 on its way?", "I'm checking on an order I placed, 2604.")
-LIST_EXAMPLES = ("Am I booked in this week?", "What time is my visit?",
-                 "Which bookings have I got with you?", "Remind me of my appointment, please.")
-MOVE_EXAMPLES = ("Push my appointment to Tuesday at noon.", "Can we do Monday morning instead?",
-                 "Could you shift my booking to Friday at two?")
-CANCEL_EXAMPLES = ("I won't make it, please call it off.", "Drop my booking.",
-                   "Take my appointment off the schedule.")
-#: Caller utterances that need no tool, beside the gate's built-in small talk: questions about
-#: the shop, and errands no tool does (the agent says it cannot help with them).
+# Tool and talk examples (the tool decision's few-shot prompt, matcher and calibration set):
+# rejoinder.app.examples.
+
 #: what the agent helps with: a request its tools do not serve is answered with it
 SCOPE = "your orders and appointments"
-
-TALK_EXAMPLES = ["Where is your shop?", "Is anybody there?", "What can you do for me?",
-                 "Could you order me a pizza?", "Can you get me a flight to Denver?",
-                 "Please reset the password of my email."]
 
 
 @tool(reversible=True, timeout_s=2.0, examples=ORDER_EXAMPLES)
@@ -382,9 +371,10 @@ STEPS = [
 agent = Agent(
     INSTRUCTIONS, name="support", greeting=greeting,
     tools=[lookup_order, list_appointments, reschedule_appointment, cancel_appointment,
-           transfer_to_human(), end_call()], steps=STEPS,
+           transfer_to_human(examples=TRANSFER_EXAMPLES), end_call(examples=END_EXAMPLES)],
+    steps=STEPS,
     stt_vocabulary=[BUSINESS, "orders", "order numbers", "appointments", "haircut", "consultation"],
-    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3, "talk_examples": TALK_EXAMPLES,
+    llm={"temperature": 0.0, "max_tokens": 60, "max_steps": 3, "talk_examples": list(TALK_EXAMPLES),
          "scope": SCOPE},
     on_call_start=open_call, on_call_end=close_call, report_state=final_state,
 )
