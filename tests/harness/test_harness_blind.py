@@ -73,14 +73,20 @@ def test_blind_suite_is_valid_bundled_and_apart_from_the_other_suites():
     _, all5 = load_suite(",".join(OTHER_SUITES + ("blind",)))  # one run over the five suites
     assert len(all5) == sum(map(len, others.values())) + len(blind)
     suite_shape("blind", blind)
-    for sc in blind:
+    short_calls_of_every_tool(blind)
+
+
+def short_calls_of_every_tool(scenarios) -> None:
+    """The shape the blind and sealed suites share: calls of at most three turns in the default
+    caller voice and rate, expecting every support tool between them, one of them a transfer."""
+    for sc in scenarios:
         assert len(sc.turns) <= 3, sc.name  # short calls
         assert sc.caller_voice == Scenario.model_fields["caller_voice"].default  # as fresh
         assert sc.caller_rate == Scenario.model_fields["caller_rate"].default
-    expected = {t.name for sc in blind for turn in sc.turns for t in turn.expect.tools}
+    expected = {t.name for sc in scenarios for turn in sc.turns for t in turn.expect.tools}
     assert expected == {"lookup_order", "list_appointments", "reschedule_appointment",
                         "cancel_appointment", "transfer_to_human"}
-    assert sum(bool(sc.transfers) for sc in blind) == 1
+    assert sum(bool(sc.transfers) for sc in scenarios) == 1
 
 
 def test_the_suite_covers_what_it_was_asked_to():

@@ -11,9 +11,9 @@ import pytest
 
 from rejoinder.harness.heldout import caller_utterances
 from rejoinder.harness.suite import SUITES_DIR, bundled_suites, load_suite, suite_files
-from rejoinder.scenario import Scenario
 
-from test_harness_blind import calibration_and_all_suites, covers_the_brief, fits_demo_data
+from test_harness_blind import (calibration_and_all_suites, covers_the_brief, fits_demo_data,
+                                short_calls_of_every_tool)
 from test_harness_fresh import assert_apart
 from test_harness_unseen import farewell_turns, in_the_wheel, sources_of_a_copy, suite_shape
 
@@ -61,14 +61,7 @@ def test_sealed_suite_is_valid_bundled_and_apart_from_the_other_suites():
     _, all6 = load_suite(",".join(OTHER_SUITES + (SUITE,)))  # one run over the six suites
     assert len(all6) == sum(map(len, others.values())) + len(sealed)
     suite_shape(SUITE, sealed)
-    for sc in sealed:
-        assert len(sc.turns) <= 3, sc.name  # short calls
-        assert sc.caller_voice == Scenario.model_fields["caller_voice"].default  # as blind
-        assert sc.caller_rate == Scenario.model_fields["caller_rate"].default
-    expected = {t.name for sc in sealed for turn in sc.turns for t in turn.expect.tools}
-    assert expected == {"lookup_order", "list_appointments", "reschedule_appointment",
-                        "cancel_appointment", "transfer_to_human"}
-    assert sum(bool(sc.transfers) for sc in sealed) == 1
+    short_calls_of_every_tool(sealed)
 
 
 def test_the_suite_covers_what_it_was_asked_to():
