@@ -157,9 +157,11 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
     embed = engine.embed if decides and engine.which == "examples" else None
     vectors: dict[str, Any] = {}
 
+    many = getattr(embed, "examples", None)  # the examples' vectors kept on disk (_embedcache)
+
     def embedded(text: str) -> Any:  # each example is embedded once for all the matchers
         if text not in vectors:
-            vectors[text] = embed(text)
+            vectors[text] = many([text])[0] if many is not None else embed(text)
         return vectors[text]
 
     points: list[Scored] = []

@@ -27,17 +27,39 @@ def cli(*args: str, store: str, timeout: int = 180) -> subprocess.CompletedProce
     return proc
 
 
+# Two full model stacks on the CI machine's 2 shared cores: one thread each for llama.cpp and
+# CTranslate2, so that neither process's OpenMP team spins at a barrier while the other holds the
+# core it waits for (a team of one has no barriers; see rejoinder._threads).
+ONE_THREAD = "stack:\n  whisper:\n    cpu_threads: 1\n  llama:\n    n_threads: 1\n"
+
+
+def _communicate(proc: subprocess.Popen, timeout: int) -> tuple[str, str]:
+    """``proc.communicate``; past ``timeout`` its Python stacks (py-spy, when installed) go into
+    the failure, so a slow run and a stuck one can be told apart."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        spy = Path(sys.executable).with_name("py-spy")
+        dump = (subprocess.run([str(spy), "dump", "--pid", str(proc.pid)], capture_output=True,
+                               text=True, timeout=60).stdout if spy.exists() else "(no py-spy)")
+        proc.kill()
+        pytest.fail(f"{' '.join(map(str, proc.args))} ran past {timeout} s; its stacks:\n{dump}")
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     from pgserver import PgServer
     tmp = tmp_path_factory.mktemp("pg-e2e")
+    config = tmp / "one-thread.yaml"
+    config.write_text(ONE_THREAD)
     with PgServer() as pg:
         url = pg.new_database()
         benches = [subprocess.Popen(REJOINDER + ["bench", "--scenarios", SCENARIO, "--concurrency", "1",
                                                  "--tts", tts, "--store", url, "--artifacts", str(tmp / tts),
-                                                 "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 "--config", str(config), "--json"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, env=ENV) for tts in ("piper", "espeak")]
-        outs = [p.communicate(timeout=900) for p in benches]
+        outs = [_communicate(p, 900) for p in benches]
         for p, (_, err) in zip(benches, outs):
             assert p.returncode == 0, err[-3000:]
         runs = [json.loads(out)["run_id"] for out, _ in outs]

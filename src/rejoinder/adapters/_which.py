@@ -114,12 +114,18 @@ def clear_pick(sims: dict[str, float], irreversible: Collection[str],
     return None, tuple(aside)
 
 
+def _templated(text: str) -> str:
+    return EMBED_TEMPLATE.format(" ".join(text.split()))
+
+
 class ExampleMatcher:
     """Nearest-example tool choice for one set of tools.
 
     Args:
         embed: ``text -> 1-D float vector`` (a sentence embedding of the text it is given,
-            :data:`EMBED_TEMPLATE` filled in; last-token pooling; blocking).
+            :data:`EMBED_TEMPLATE` filled in; last-token pooling; blocking). With an
+            ``examples(texts) -> vectors`` method as well, the examples are embedded through it
+            (:class:`._embedcache.CachedEmbedding`) and the caller's words through the call.
         tools: the agent's tools with their ``examples``.
         talk_examples: small talk, used only to centre the space.
 
@@ -133,15 +139,33 @@ class ExampleMatcher:
         self.tools = {t.name: tuple(t.examples) for t in tools}
         if not any(self.tools.values()):
             raise ValueError("no tool has examples to match against")
-        raw = {name: np.array([self._unit(x) for x in ex]) for name, ex in self.tools.items() if ex}
-        talk = [self._unit(x) for x in talk_examples]
+        names = [name for name, ex in self.tools.items() if ex]
+        units = self._units([x for n in names for x in self.tools[n]] + list(talk_examples))
+        raw, at = {}, 0
+        for name in names:
+            n = len(self.tools[name])
+            raw[name] = np.array(units[at:at + n])
+            at += n
+        talk = units[at:]
         every = np.vstack([*raw.values(), *talk])  # (examples, dim)
         self.center = every.mean(axis=0)
         self._protos = {name: self._centred(v) for name, v in raw.items()}
         self._talk = self._centred(np.array(talk)) if talk else None
 
+    def _units(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Unit embeddings of examples: through ``embed.examples`` (the same vectors, kept on
+        disk between processes: :class:`._embedcache.CachedEmbedding`) when ``embed`` has it."""
+        many = getattr(self._embed, "examples", None)
+        if many is None:
+            return [self._unit(x) for x in texts]
+        return [self._norm(v) for v in many([_templated(x) for x in texts])]
+
     def _unit(self, text: str) -> np.ndarray:
-        v = np.asarray(self._embed(EMBED_TEMPLATE.format(" ".join(text.split()))), dtype=np.float64)
+        return self._norm(self._embed(_templated(text)))
+
+    @staticmethod
+    def _norm(vec: Any) -> np.ndarray:
+        v = np.asarray(vec, dtype=np.float64)
         if v.ndim > 1:  # per-token rows (a context without pooling): mean-pool them
             v = v.mean(axis=0)
         n = float(np.linalg.norm(v))

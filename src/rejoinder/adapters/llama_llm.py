@@ -223,7 +223,7 @@ class LlamaLLM:
                                  max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
                                  tool_threshold=threshold, threshold_source=source,
                                  chat_format=llama_format(self._llm, chat_format),
-                                 embed=self._embed, tool_which=self.tool_which,
+                                 embed=self._embedding(), tool_which=self.tool_which,
                                  grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt, ask_missing=ask_missing,
                                  irreversible_margin=irreversible_margin,
@@ -233,6 +233,19 @@ class LlamaLLM:
         #: READING_PRIOR_MS): that of a 135M model, times the parameter count over 135 M
         self.reading_prior_ms = reading_prior_ms(self._llm._model.n_params())
         self._lock = threading.Lock()
+
+    def _embedding(self) -> Any:
+        """:meth:`_embed`, with the examples' vectors kept on disk between processes
+        (:mod:`._embedcache`; plain :meth:`_embed` when the model file cannot be stat'ed)."""
+        import llama_cpp
+
+        from ._embedcache import CachedEmbedding, model_identity
+        try:
+            identity = model_identity(self.embed_path, "last", self._n_threads,
+                                      llama_cpp.__version__)
+        except OSError:
+            return self._embed
+        return CachedEmbedding(self._embed, identity)
 
     def _embed(self, text: str) -> list[float]:
         """Last-token sentence embedding of ``text`` by ``embed_model`` (PromptEOL, see
