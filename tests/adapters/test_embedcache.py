@@ -111,3 +111,19 @@ def test_the_real_models_vectors_come_back_bit_for_bit(tmp_path):
         direct = np.asarray(llm._embed(t), dtype=np.float64)
         assert direct.shape == (llm._embedder.n_embd(),)
         assert np.array_equal(r.astype(np.float64), direct) and np.array_equal(s, r)
+
+
+def test_a_damaged_or_foreign_entry_is_embedded_again(tmp_path):
+    import diskcache
+    model = Counting()
+    emb = CachedEmbedding(model, "model-1", tmp_path)
+    emb.examples(["hello", "bye"])
+    with diskcache.Cache(str(tmp_path)) as store:
+        keys = sorted(store.iterkeys())
+        assert len(keys) == 2 and all(isinstance(store[k], bytes) for k in keys)
+        store[keys[0]] = b"\x93NUMPY garbage"
+        store[keys[1]] = {"not": "npy bytes"}  # another type: a miss
+    again = CachedEmbedding(model, "model-1", tmp_path)
+    out = again.examples(["hello", "bye"])
+    assert (again.computed, again.reused) == (2, 0)
+    assert [list(v) for v in out] == [_vec("hello"), _vec("bye")]

@@ -8,7 +8,9 @@ support agent's 150 examples that is ≈ 13 s of a 2-core CPU at every process s
 the vectors never change. :class:`CachedEmbedding` keeps them in a ``diskcache`` store keyed by
 the embedding model's identity (resolved path, size, modification time), the llama.cpp thread
 count and the library version (both can change the last bits of a vector) and the exact text,
-so a cached vector is the one the model would compute again.
+so a cached vector is the one the model would compute again. Vectors are written as ``.npy``
+bytes (never pickled) and read back with ``allow_pickle=False``; an entry of any other form, or a
+damaged one, is embedded again.
 
 Only examples are cached (:meth:`CachedEmbedding.examples`): a caller's words are embedded by
 :meth:`CachedEmbedding.__call__` and never written anywhere. The store is
@@ -20,6 +22,7 @@ home, a corrupt file) is logged once and the vectors are computed as without it.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 from pathlib import Path
@@ -113,9 +116,10 @@ class CachedEmbedding:
         out: list[np.ndarray] = []
         fresh: dict[str, np.ndarray] = {}
         for key, text, hit in zip(keys, texts, found):
-            if isinstance(hit, np.ndarray) and hit.ndim >= 1:
+            vec = _load(hit)
+            if vec is not None:
                 self.reused += 1
-                out.append(hit)
+                out.append(vec)
                 continue
             vec = np.asarray(self._embed(text), dtype=np.float32)
             self.computed += 1
@@ -125,7 +129,25 @@ class CachedEmbedding:
             try:
                 with self._store.transact():
                     for key, vec in fresh.items():
-                        self._store.set(key, vec)
+                        self._store.set(key, _dump(vec))
             except Exception as exc:  # noqa: BLE001
                 self._fail("write", exc)
         return out
+
+
+def _dump(vec: np.ndarray) -> bytes:
+    """``vec`` in the ``.npy`` format (shape and dtype kept; bytes, so diskcache pickles nothing)."""
+    buf = io.BytesIO()
+    np.save(buf, vec, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _load(raw: Any) -> np.ndarray | None:
+    """A vector stored by :func:`_dump`, or None for a miss, damaged bytes or another type."""
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        vec = np.load(io.BytesIO(raw), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
+    return vec if vec.ndim >= 1 and vec.size else None
