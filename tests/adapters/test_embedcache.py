@@ -127,3 +127,42 @@ def test_a_damaged_or_foreign_entry_is_embedded_again(tmp_path):
     out = again.examples(["hello", "bye"])
     assert (again.computed, again.reused) == (2, 0)
     assert [list(v) for v in out] == [_vec("hello"), _vec("bye")]
+
+
+class _Payload:
+    """Unpickling this runs ``marker.touch()``: the harmless stand-in for code in a tampered store."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).touch, (self.marker,))
+
+
+def test_a_pickled_entry_is_never_unpickled_but_embedded_again(tmp_path):
+    import diskcache
+    store_dir, marker = tmp_path / "store", tmp_path / "RAN"
+    model = Counting()
+    emb = CachedEmbedding(model, "model-1", store_dir)
+    emb.examples(["hello"])
+    with diskcache.Cache(str(store_dir)) as store:  # someone able to write the directory
+        [key] = list(store.iterkeys())
+        store[key] = _Payload(marker)
+    again = CachedEmbedding(model, "model-1", store_dir)
+    assert [list(v) for v in again.examples(["hello"])] == [_vec("hello")]
+    assert again.computed == 1 and not marker.exists()
+
+
+def test_a_file_or_a_damaged_database_gets_its_own_fix(tmp_path, caplog):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "cache.db").write_bytes(b"this is not an SQLite file at all" * 100)
+    with caplog.at_level(logging.WARNING, logger="rejoinder.embedcache"):
+        for where in (a_file, damaged):
+            emb = CachedEmbedding(Counting(), "model-1", where)
+            assert [list(v) for v in emb.examples(["hi"])] == [_vec("hi")]
+    first, second = caplog.records[0].getMessage(), caplog.records[1].getMessage()
+    assert "is a file, not a directory" in first
+    assert "damaged: delete" in second and str(damaged) in second

@@ -9,8 +9,10 @@ the vectors never change. :class:`CachedEmbedding` keeps them in a ``diskcache``
 the embedding model's identity (resolved path, size, modification time), the llama.cpp thread
 count and the library version (both can change the last bits of a vector) and the exact text,
 so a cached vector is the one the model would compute again. Vectors are written as ``.npy``
-bytes (never pickled) and read back with ``allow_pickle=False``; an entry of any other form, or a
-damaged one, is embedded again.
+bytes (never pickled) and read back with ``allow_pickle=False``, through a diskcache storage that
+never unpickles (a pickled entry reads as a miss): anyone able to write the cache directory can make
+the examples be embedded again, never run code. An entry of any other form, or a damaged one, is
+embedded again.
 
 Only examples are cached (:meth:`CachedEmbedding.examples`): a caller's words are embedded by
 :meth:`CachedEmbedding.__call__` and never written anywhere. The store is
@@ -25,6 +27,7 @@ import hashlib
 import io
 import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -88,17 +91,25 @@ class CachedEmbedding:
 
     def _open(self) -> Any:
         if self._store is None and not self._failed:
+            assert self._directory is not None
+            if self._directory.exists() and not self._directory.is_dir():
+                self._fail("open", NotADirectoryError(f"{self._directory} is a file, not a "
+                                                      "directory"))
+                return None
             try:
                 import diskcache
-                self._store = diskcache.Cache(str(self._directory), size_limit=256 << 20)
+                self._store = diskcache.Cache(str(self._directory), size_limit=256 << 20,
+                                              disk=_no_pickle_disk())
             except Exception as exc:  # noqa: BLE001 — a cache is a nicety: compute instead
                 self._fail("open", exc)
         return self._store
 
     def _fail(self, what: str, exc: BaseException) -> None:
+        damaged = isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc)
+        fix = (f"Its database is damaged: delete {self._directory} (it holds only this cache)"
+               if damaged else f"Set {ENV} to a writable directory")
         log.warning("embedding cache at %s: could not %s it (%r); examples are embedded at every "
-                    "start. Set %s to a writable directory, or to 'off'.",
-                    self._directory, what, exc, ENV)
+                    "start. %s, or set %s to 'off'.", self._directory, what, exc, fix, ENV)
         self._failed, self._store = True, None
 
     def examples(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -133,6 +144,22 @@ class CachedEmbedding:
             except Exception as exc:  # noqa: BLE001
                 self._fail("write", exc)
         return out
+
+
+def _no_pickle_disk() -> type:
+    """A ``diskcache.Disk`` subclass (made on first use: diskcache is imported only then)."""
+    import diskcache
+
+    class NoPickleDisk(diskcache.Disk):
+        """diskcache's storage that never unpickles: a pickled entry (none is written here;
+        one put there by anything else) reads as None, a miss."""
+
+        def fetch(self, mode, filename, value, read):  # noqa: ANN001 — diskcache's signature
+            if mode == diskcache.core.MODE_PICKLE:
+                return None
+            return super().fetch(mode, filename, value, read)
+
+    return NoPickleDisk
 
 
 def _dump(vec: np.ndarray) -> bytes:
