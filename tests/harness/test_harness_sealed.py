@@ -48,30 +48,42 @@ def test_a_blind_utterance_copied_into_the_suite_is_caught():
 
 
 def test_sealed_suite_is_valid_bundled_and_apart_from_the_other_suites():
-    _, sealed = load_suite(SUITE)
-    others = {name: load_suite(name)[1] for name in OTHER_SUITES}
-    assert len(sealed) == 14 and len(FILES) == len(sealed)
-    assert (SUITES_DIR / SUITE / "README.md").exists()
-    names = {s.name for s in sealed}
-    stems = {p.stem for p in FILES}
+    valid_bundled_and_apart(SUITE, OTHER_SUITES)
+
+
+def valid_bundled_and_apart(suite: str, other_suites: tuple[str, ...]) -> None:
+    """What the blind-written held-out suites (``sealed``, ``vault``) share: 14 scenarios with a
+    README, names and file names new to ``other_suites``, bundled, loadable in one run with them,
+    and the blind suites' shape (:func:`test_harness_blind.short_calls_of_every_tool`)."""
+    _, scenarios = load_suite(suite)
+    files = suite_files(suite)[1]
+    others = {name: load_suite(name)[1] for name in other_suites}
+    assert len(scenarios) == 14 and len(files) == len(scenarios)
+    assert (SUITES_DIR / suite / "README.md").exists()
+    names = {s.name for s in scenarios}
+    stems = {p.stem for p in files}
     for name, scs in others.items():
         assert not names & {s.name for s in scs}, name
         assert not stems & {p.stem for p in suite_files(name)[1]}, name  # new file names too
-    assert SUITE in bundled_suites()
-    _, all6 = load_suite(",".join(OTHER_SUITES + (SUITE,)))  # one run over the six suites
-    assert len(all6) == sum(map(len, others.values())) + len(sealed)
-    suite_shape(SUITE, sealed)
-    short_calls_of_every_tool(sealed)
+    assert suite in bundled_suites()
+    _, every = load_suite(",".join(other_suites + (suite,)))  # one run over all of them
+    assert len(every) == sum(map(len, others.values())) + len(scenarios)
+    suite_shape(suite, scenarios)
+    short_calls_of_every_tool(scenarios)
 
 
 def test_the_suite_covers_what_it_was_asked_to():
     """4 order lookups (one number given only when asked, one nobody's, one another customer's),
     2 appointment listings, 3 reschedules (one self-corrected), 2 cancellations (one confirmed,
     one declined), small talk, an out-of-scope request and a transfer."""
-    _, sealed = load_suite(SUITE)
-    covers_the_brief(sealed)
-    # a lookup, a move or a listing checks the database; so does a cancellation, kept or not
-    for sc in sealed:
+    covers_the_brief_with_database(load_suite(SUITE)[1])
+
+
+def covers_the_brief_with_database(scenarios: list) -> None:
+    """:func:`test_harness_blind.covers_the_brief`, and every lookup, move, listing,
+    cancellation (kept or not) and out-of-scope call checks the database."""
+    covers_the_brief(scenarios)
+    for sc in scenarios:
         if {"lookup", "reschedule", "appointments", "cancel", "out-of-scope"} & set(sc.tags):
             assert sc.final_db, sc.name
 

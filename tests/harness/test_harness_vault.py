@@ -10,12 +10,13 @@ from __future__ import annotations
 import pytest
 
 from rejoinder.harness.heldout import caller_utterances
-from rejoinder.harness.suite import SUITES_DIR, bundled_suites, load_suite, suite_files
+from rejoinder.harness.suite import SUITES_DIR, load_suite, suite_files
 
-from test_harness_blind import covers_the_brief, fits_demo_data, short_calls_of_every_tool
+from test_harness_blind import fits_demo_data
 from test_harness_fresh import assert_apart
-from test_harness_sealed import calibration_and_five_suites
-from test_harness_unseen import farewell_turns, in_the_wheel, sources_of_a_copy, suite_shape
+from test_harness_sealed import (calibration_and_five_suites, covers_the_brief_with_database,
+                                 valid_bundled_and_apart)
+from test_harness_unseen import farewell_turns, in_the_wheel, sources_of_a_copy
 
 SUITE = "vault"
 FILES = suite_files(SUITE)[1]
@@ -49,32 +50,14 @@ def test_a_sealed_utterance_copied_into_the_suite_is_caught():
 
 
 def test_vault_suite_is_valid_bundled_and_apart_from_the_other_suites():
-    _, vault = load_suite(SUITE)
-    others = {name: load_suite(name)[1] for name in OTHER_SUITES}
-    assert len(vault) == 14 and len(FILES) == len(vault)
-    assert (SUITES_DIR / SUITE / "README.md").exists()
-    names = {s.name for s in vault}
-    stems = {p.stem for p in FILES}
-    for name, scs in others.items():
-        assert not names & {s.name for s in scs}, name
-        assert not stems & {p.stem for p in suite_files(name)[1]}, name  # new file names too
-    assert SUITE in bundled_suites()
-    _, all7 = load_suite(",".join(OTHER_SUITES + (SUITE,)))  # one run over the seven suites
-    assert len(all7) == sum(map(len, others.values())) + len(vault)
-    suite_shape(SUITE, vault)
-    short_calls_of_every_tool(vault)
+    valid_bundled_and_apart(SUITE, OTHER_SUITES)
 
 
 def test_the_suite_covers_what_it_was_asked_to():
     """4 order lookups (one number given only when asked, one nobody's, one another customer's),
     2 appointment listings, 3 reschedules (one self-corrected), 2 cancellations (one confirmed,
     one declined), small talk, an out-of-scope request and a transfer."""
-    _, vault = load_suite(SUITE)
-    covers_the_brief(vault)
-    # a lookup, a move or a listing checks the database; so does a cancellation, kept or not
-    for sc in vault:
-        if {"lookup", "reschedule", "appointments", "cancel", "out-of-scope"} & set(sc.tags):
-            assert sc.final_db, sc.name
+    covers_the_brief_with_database(load_suite(SUITE)[1])
 
 
 def test_a_farewell_may_end_the_call():
