@@ -6,8 +6,14 @@ V2V and time to answer p50/p95, the segment medians, endpointing + transcription
 the end-of-turn, speculation and silence blocks (``rejoinder.harness.eotsummary``).
 
     .venv/bin/python bench/ab_v2v.py --a /path/to/old/src --b src [--rounds 5] [--chunk 2]
+                                     [--hogs N] [--timeout S]
 
 (e.g. ``git archive <commit> src | tar -x -C /tmp/base`` gives ``--a /tmp/base/src``.)
+
+``--hogs N`` runs N busy-loop processes (``while True: pass``, at the child's nice) beside every
+child, as a shared machine has them (a CI runner's other jobs, a compile on a laptop). A child
+that runs past ``--timeout`` seconds is killed; ``processes`` per arm then gives each child's wall
+time (model loading and warm-up included) and how many ran out of time.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 CHILD = r'''
 import asyncio, json, sys
@@ -50,6 +57,8 @@ def summary(path: str) -> dict:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
     from rejoinder.harness.eotsummary import eot_summary
     from rejoinder.harness.stats import percentiles
+    if not os.path.exists(path):  # every child of the arm ran out of time
+        return {"turns": 0}
     rows = [json.loads(x) for x in open(path)]
     turns = [r for r in rows if r["kind"] == "turn" and r["v2v"] is not None]
     segs: dict[str, list[float]] = {}
@@ -77,11 +86,29 @@ if __name__ == "__main__":
     ap.add_argument("--b", required=True, help="source tree B")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=2)
+    ap.add_argument("--hogs", type=int, default=0, help="busy-loop processes beside each child")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds a child may run")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ab_v2v-")
+    walls: dict[str, list[float]] = {"a": [], "b": []}
+    late = {"a": 0, "b": 0}
     for _ in range(a.rounds):
         for arm, src in (("a", a.a), ("b", a.b)):
             env = {**os.environ, "PYTHONPATH": os.path.abspath(src), "PYTHONDONTWRITEBYTECODE": "1"}
-            subprocess.run(["nice", "-n", "10", sys.executable, "-c", CHILD, str(a.chunk),
-                            os.path.join(tmp, f"{arm}.jsonl")], env=env, check=True, cwd=tmp)
-    print(json.dumps({arm: summary(os.path.join(tmp, f"{arm}.jsonl")) for arm in ("a", "b")}, indent=2))
+            hogs = [subprocess.Popen(["nice", "-n", "10", sys.executable, "-c", "while True: pass"])
+                    for _ in range(a.hogs)]
+            t0 = time.perf_counter()
+            try:
+                subprocess.run(["nice", "-n", "10", sys.executable, "-c", CHILD, str(a.chunk),
+                                os.path.join(tmp, f"{arm}.jsonl")], env=env, check=True, cwd=tmp,
+                               timeout=a.timeout)
+            except subprocess.TimeoutExpired:
+                late[arm] += 1
+            finally:
+                walls[arm].append(round(time.perf_counter() - t0, 1))
+                for h in hogs:
+                    h.kill()
+                    h.wait()
+    print(json.dumps({arm: {**summary(os.path.join(tmp, f"{arm}.jsonl")),
+                            "processes": {"wall_s": walls[arm], "timed_out": late[arm]}}
+                      for arm in ("a", "b")}, indent=2))

@@ -14,7 +14,9 @@ worker beside it (``OMP_WAIT_POLICY=passive`` gives the same 52 ms from the star
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import AsyncIterator, Callable, Iterator, TypeVar
@@ -188,3 +190,86 @@ class CoreClaims:
 
 #: the process's claims (Piper claims; llama.cpp yields)
 CORES = CoreClaims()
+
+
+def cpu_seconds() -> tuple[float, float, int] | None:
+    """(CPU seconds all processes have spent busy on the CPUs this process may run on, CPU
+    seconds this process has spent, how many such CPUs), from psutil (``/proc/stat`` per CPU:
+    user, nice, system, irq, softirq and steal; and this process's user + system time); None
+    where it cannot be read."""
+    try:
+        import psutil
+
+        mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        per = psutil.cpu_times(percpu=True)
+        rows = [per[i] for i in mine if i < len(per)] if mine else per
+        busy = sum(r.user + r.nice + r.system + getattr(r, "irq", 0.0) + getattr(r, "softirq", 0.0)
+                   + getattr(r, "steal", 0.0) for r in rows)
+        return busy, time.process_time(), len(rows)
+    except (OSError, ImportError, AttributeError):
+        return None
+
+
+class BusyNeighbours:
+    """Sheds a native library's threads while other processes keep the cores it needs busy.
+
+    Why: llama.cpp's threads meet at a barrier after every graph node, so one of them that the
+    OS deschedules holds the others. When *another process* keeps a core busy, there are more
+    runnable threads than cores and that happens at every node. Measured on the 2-core box with
+    SmolLM2-135M Q4_1 and one busy-loop process beside it (``/tmp`` probe, 2026-12-06): 2
+    threads decoded a token in 109–140 ms and 1 thread in 9–11 ms (5 ms with both cores free);
+    a 120-token prompt took 886–1,055 ms on 2 threads and 665 ms on 1. ``rejoinder demo``
+    beside one busy process did not finish in 300 s. :class:`CoreClaims` covers this process's
+    own work; this covers everyone else's.
+
+    The signal is the CPU the *other* processes use: the busy time of the CPUs this process may
+    run on (its affinity) less this process's own CPU time, over at least ``period_ms`` of wall
+    time, in cores. Of ``n`` threads, as many are shed as the neighbours' cores overlap the
+    cores the ``n`` threads need: a thread is shed when they use ``on`` of a core or more beyond
+    the cores left free, and given back under ``off`` (hysteresis). Never all threads. Work of
+    this process does not count: at 4 calls on 2 cores the process's own threads already keep
+    both cores busy, and shedding a thread there slowed the LLM that every call queues for
+    (a first version that read the llama.cpp thread's own run-queue wait did: the reference
+    suite's V2V p95 went from 2,565 to 4,311 ms at 4 calls, run ``20261206-092457-7b0f``).
+
+    Call :meth:`update` between native calls (cheap: a reading at most once per ``period_ms``);
+    not thread-safe. ``read`` (:func:`cpu_seconds`'s shape) and ``now`` (seconds) are injectable
+    for tests.
+    """
+
+    def __init__(self, period_ms: float = 250.0, on: float = 0.5, off: float = 0.25,
+                 read: Callable[[], tuple[float, float, int] | None] = cpu_seconds,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.period_s = period_ms / 1000.0
+        self.on, self.off = on, off
+        self._read, self._now = read, now
+        first = read()  # the first period runs from here: warm-up, the first turn see it
+        self._last: tuple[float, tuple[float, float, int]] | None = (
+            None if first is None else (now(), first))
+        self.others = 0.0  #: cores the other processes used over the last period
+        self.shed = 0  #: threads shed now
+        self.sheds = 0  #: times a thread was shed (lifetime)
+
+    def update(self, threads: int) -> int:
+        """How many of ``threads`` (the configured count) to shed now: 0 … ``threads`` − 1."""
+        t = self._now()
+        if self._last is not None and t - self._last[0] < self.period_s:
+            return min(self.shed, max(0, threads - 1))
+        got = self._read()
+        if got is None:
+            return 0
+        last, self._last = self._last, (t, got)
+        if last is None:
+            return min(self.shed, max(0, threads - 1))
+        wall = t - last[0]
+        busy, mine, cpus = got[0] - last[1][0], got[1] - last[1][1], got[2]
+        self.others = max(0.0, busy - mine) / wall if wall > 0 else 0.0
+        over = self.others - max(0, cpus - threads)  # beyond the cores the threads leave free
+        want = self.shed
+        while want < threads - 1 and over >= want + self.on:
+            want += 1
+        while want > 0 and over < want - 1 + self.off:
+            want -= 1
+        self.sheds += max(0, want - self.shed)
+        self.shed = want
+        return min(self.shed, max(0, threads - 1))

@@ -22,6 +22,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="rejoinder: real-time voice agents, measured honestly.")
 console = make_console(stderr=True)
 BUNDLED_CALL = Path(__file__).parent / "assets" / "calls" / "order_status_real.yaml"
+#: exit status of ``call`` / ``demo`` on a scenario whose ``expect:`` blocks were not all met (the
+#: call itself ran; 1 is a call that failed, 2 bad input)
+EXPECTATIONS_UNMET = 3
 
 
 def _fail(exc: Exception) -> None:
@@ -73,7 +76,9 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
          target_token: Optional[str] = typer.Option(None, envvar="REJOINDER_TARGET_TOKEN",
                                                     help="with --target: the target's token"),
          jitter_ms: float = typer.Option(60.0, help="with --target: the caller's jitter buffer (ms)")) -> None:
-    """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn."""
+    """Stream a caller's audio into the agent in real time (20 ms frames) and measure every turn.
+    Exit status: 0, or 3 when a scenario's expectations were not all met, 1 when the call
+    failed, 2 on bad input."""
     from .config import load_config
     from .runtime import Runtime, load_caller
     try:
@@ -105,16 +110,20 @@ def call(source: Path = typer.Argument(..., help="caller audio (WAV/FLAC) or sce
     except RejoinderError as exc:
         _fail(exc)
     print_turns(result, json_out)
+    met = True
     if source.suffix.lower() in (".yaml", ".yml"):
-        print_expectations(sc, result)
+        met = print_expectations(sc, result)
     if result.error:
         raise typer.Exit(1)
+    if not met:
+        raise typer.Exit(EXPECTATIONS_UNMET)
 
 
-def print_expectations(sc, result) -> None:
+def print_expectations(sc, result) -> bool:
     """Check the call against its scenario's ``expect:`` blocks, as ``bench`` does: ✓ / ✗ on
     stderr (stdout keeps one JSON object per turn with ``--json``), and ``expectations.json``
-    (scenario, success, checks, failures, causes) beside the recording."""
+    (scenario, success, checks, failures, causes) beside the recording. Returns whether every
+    expectation was met (``call`` and ``demo`` then exit with :data:`EXPECTATIONS_UNMET`)."""
     from .harness.expect import evaluate
     caller = result.caller
     v = evaluate(sc, result, caller.truth if caller else [], caller.cues if caller else [])
@@ -130,6 +139,7 @@ def print_expectations(sc, result) -> None:
             console.print(f"  [red]✗[/] {plain(f)} [dim]({plain(cause)})[/]")
     if result.hangup:
         console.print(f"the agent hung up ({plain(result.hangup)})")
+    return v.success
 
 
 @app.command()

@@ -235,18 +235,22 @@ def test_call_markup_is_never_spoken_when_calls_are_not_allowed(llama_llm, monke
     assert "".join(out).strip() == "Let me check."
 
 
-async def test_decoding_gives_up_a_thread_while_piper_claims_a_core(llama_llm, piper_tts):
+async def test_decoding_gives_up_a_thread_while_piper_claims_a_core(llama_llm, piper_tts,
+                                                                     monkeypatch):
     """While a Piper synthesis runs (it claims a core: rejoinder._threads.CORES), llama.cpp
     decodes with one thread fewer (never under one) and keeps its batch threads; the threads
-    come back when the claim ends. The reply decoded meanwhile is the same."""
+    come back when the claim ends. The reply decoded meanwhile is the same. (Another process's
+    load, which sheds threads too, is left out: ``neighbours`` reads nothing here; its own
+    tests are in tests/test_neighbours.py.)"""
     import threading
 
     from llama_cpp import llama_cpp as C
 
-    from rejoinder._threads import CORES
+    from rejoinder._threads import CORES, BusyNeighbours
 
     ctx = llama_llm._llm._ctx.ctx
     eng = llama_llm.engine
+    monkeypatch.setattr(eng, "neighbours", BusyNeighbours(read=lambda: None))
     eng.fit_threads()
     n, nb = C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)
     assert (n, nb) == (2, 2) and CORES.active == 0

@@ -35,7 +35,8 @@ def traced_call(tmp_path_factory):
         # written and flushed ("terminate called without an active exception", also without
         # telemetry): that exit is not what this test is about; any other failure is.
         at_exit = proc.returncode == -6 and "terminate called without an active exception" in proc.stderr
-        assert proc.returncode == 0 or (at_exit and turns), proc.stderr[-3000:]
+        # 3: the call ran and an expectation of the scenario was not met (not this test's concern)
+        assert proc.returncode in (0, 3) or (at_exit and turns), proc.stderr[-3000:]
         return turns, list(rx.spans), list(rx.metrics)
 
 

@@ -118,10 +118,10 @@ def test_call_reports_the_scenario_expectations(tmp_path, fake_agent):
     assert [x["turn_id"] for x in lines] == [1, 2]  # stdout: one object per turn, nothing else
     saved = json.loads((tmp_path / "out" / "expectations.json").read_text())
     assert saved == {"scenario": "alpha", "success": True, "checks": 4, "failures": [], "causes": []}
-    # a budget no reply can meet: reported like bench does
+    # a budget no reply can meet: reported like bench does, and the exit status says so
     tight = tone_suite(tmp_path / "tight", names=("gamma",), budget=1)
     res = run("call", str(tight / "gamma.yaml"), "--out", str(tmp_path / "out"))
-    assert res.exit_code == 0 and "✗ gamma: 1 of 4 expectations failed" in res.output
+    assert res.exit_code == 3 and "✗ gamma: 1 of 4 expectations failed" in res.output
     assert "caller turn 1: V2V" in res.output and "over the budget of 1 ms" in res.output
 
 

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from .._threads import CORES
+from .._threads import CORES, BusyNeighbours
 from ..errors import ConfigError
 from ..ports import (ChatMessage, LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision,
                      ToolSchema)
@@ -188,7 +188,9 @@ class ChatEngine(ScopeStep):
         self._matchers: OrderedDict[tuple, ExampleMatcher] = OrderedDict()
         self._eog: list[int] | None = None
         self._threads: tuple[int, int] | None = None  # (configured decode, batch) threads
-        self._decoding = 0  # decode threads set now (0: as configured)
+        self._set: tuple[int, int] | None = None  # (decode, batch) threads set now (None: configured)
+        #: sheds threads while other processes keep the cores busy
+        self.neighbours = BusyNeighbours()
         self._gates: OrderedDict[tuple, LabelGate] = OrderedDict()
         self._gbnf: OrderedDict[str, str] = OrderedDict()
         self._checked: set[str] = set()
@@ -255,19 +257,22 @@ class ChatEngine(ScopeStep):
 
     # -- sampling -----------------------------------------------------------------------------
     def fit_threads(self) -> None:
-        """Decode with one thread fewer per core another model claims now (never under one;
-        :class:`rejoinder._threads.CoreClaims`), the configured count otherwise. Batches
-        (prompt evaluation) keep theirs. Called between tokens (a llama.cpp call per change)."""
+        """Decode with one thread fewer per core another model of this process claims now
+        (:class:`rejoinder._threads.CoreClaims`; batches, i.e. prompt evaluation, keep theirs),
+        and decode and evaluate batches with the threads :attr:`neighbours` sheds while other
+        processes keep the cores busy; never under one thread, the configured counts otherwise. Called on the llama.cpp thread between tokens and before prompt
+        evaluation (a llama.cpp call per change)."""
         ctx = getattr(self._llm, "_ctx", None)
         params = getattr(self._llm, "context_params", None)
         if ctx is None or params is None:
             return
         if self._threads is None:
             self._threads = (int(params.n_threads), int(params.n_threads_batch))
-        want = max(1, self._threads[0] - CORES.active)
-        if want != (self._decoding or self._threads[0]):
-            ctx.set_n_threads(want, self._threads[1])
-            self._decoding = want
+        shed = self.neighbours.update(max(self._threads))
+        want = (max(1, self._threads[0] - CORES.active - shed), max(1, self._threads[1] - shed))
+        if want != (self._set or self._threads):
+            ctx.set_n_threads(*want)
+            self._set = want
 
     def _pieces(self, tokens: list[int], temperature: float, grammar: str | None,
                 max_tokens: int, stop: threading.Event, first: bool,

@@ -110,7 +110,9 @@ class LlamaLLM:
             that outgrows it fails with PortError: the reference support agent's scripted
             30-turn call in ``bench/ttft_growth.py`` is 4,610 tokens (4,096 at turn 25); window
             the history (``llm.history_turns``) for longer calls.
-        n_threads: CPU threads (default 2).
+        n_threads: CPU threads (default 2), fewer while Piper synthesises
+            (:class:`rejoinder._threads.CoreClaims`) or other processes keep the cores busy
+            (:class:`rejoinder._threads.BusyNeighbours`).
         n_batch: prompt-evaluation batch size in tokens (default 256).
         seed: sampling seed (default 0, reproducible per request).
         tool_prompt: system-prompt section listing the tools; ``{tools}`` is replaced by their
@@ -214,6 +216,7 @@ class LlamaLLM:
         self.tool_which = tool_which
         self._n_threads = n_threads
         self._embedder: Any = None
+        self._embed_threads = n_threads  # threads the embedding context runs on now
         self.embed_path = (Path(embed_model).expanduser() if embed_model
                            else _default_embed_model(self.model_path))
         if embed_model:
@@ -260,6 +263,12 @@ class LlamaLLM:
                 self._embedder = Llama(model_path=str(self.embed_path), n_ctx=512, n_batch=512,
                                        n_threads=self._n_threads, embedding=True,
                                        pooling_type=LLAMA_POOLING_TYPE_LAST, verbose=False)
+        # the threads the chat model sheds while other processes keep the cores busy
+        # (rejoinder._threads.BusyNeighbours); the vectors are the same bit for bit on fewer
+        n = max(1, self._n_threads - self.engine.neighbours.shed)
+        if n != self._embed_threads:
+            self._embedder._ctx.set_n_threads(n, n)
+            self._embed_threads = n
         return self._embedder.embed(text, truncate=True)
 
     @property
@@ -296,6 +305,7 @@ class LlamaLLM:
         text = self.engine.system_prefix(system_prompt or DEFAULT_SYSTEM, tools)
         tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         with self._lock:
+            self.engine.fit_threads()  # on a busy machine, fewer threads (BusyNeighbours)
             if cache_key is None:  # the start of every new call, kept as a state of its own
                 cache_key = self.cache.base_key = WARM_KEY
             self.cache.activate(cache_key)
@@ -319,6 +329,7 @@ class LlamaLLM:
     def _warm_gate(self, tools: Sequence[ToolSchema], talk_examples: Sequence[str],
                    scope: str | None = None) -> bool:
         with self._lock:
+            self.engine.fit_threads()
             self._gate_state(self.engine.gate_for(tuple(tools), tuple(talk_examples)))
             self.engine.matcher_for(tuple(tools), tuple(talk_examples))  # embeds the examples
             if scope and self.engine.scope_note:
