@@ -66,7 +66,7 @@ def words(text: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suites", default="reference,heldout,unseen,fresh,blind")
+    ap.add_argument("--suites", default="reference,heldout,unseen,fresh,blind,sealed,vault")
     ap.add_argument("--beams", default="1,5", help="beam sizes to compare (1: greedy, the default)")
     ap.add_argument("--show", action="store_true", help="print the lines transcribed wrong")
     ap.add_argument("--json", action="store_true")
