@@ -253,17 +253,19 @@ class BusyNeighbours:
     def update(self, threads: int) -> int:
         """How many of ``threads`` (the configured count) to shed now: 0 … ``threads`` − 1."""
         t = self._now()
-        if self._last is not None and t - self._last[0] < self.period_s:
-            return min(self.shed, max(0, threads - 1))
+        if self._last is None or t - self._last[0] >= self.period_s:
+            self._measure(t, threads)
+        return min(self.shed, max(0, threads - 1))
+
+    def _measure(self, t: float, threads: int) -> None:
         got = self._read()
         if got is None:
-            return 0
+            return
         last, self._last = self._last, (t, got)
-        if last is None:
-            return min(self.shed, max(0, threads - 1))
-        wall = t - last[0]
+        if last is None or t <= last[0]:
+            return
         busy, mine, cpus = got[0] - last[1][0], got[1] - last[1][1], got[2]
-        self.others = max(0.0, busy - mine) / wall if wall > 0 else 0.0
+        self.others = max(0.0, busy - mine) / (t - last[0])
         over = self.others - max(0, cpus - threads)  # beyond the cores the threads leave free
         want = self.shed
         while want < threads - 1 and over >= want + self.on:
@@ -272,4 +274,3 @@ class BusyNeighbours:
             want -= 1
         self.sheds += max(0, want - self.shed)
         self.shed = want
-        return min(self.shed, max(0, threads - 1))

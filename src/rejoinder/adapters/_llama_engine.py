@@ -260,8 +260,9 @@ class ChatEngine(ScopeStep):
         """Decode with one thread fewer per core another model of this process claims now
         (:class:`rejoinder._threads.CoreClaims`; batches, i.e. prompt evaluation, keep theirs),
         and decode and evaluate batches with the threads :attr:`neighbours` sheds while other
-        processes keep the cores busy; never under one thread, the configured counts otherwise. Called on the llama.cpp thread between tokens and before prompt
-        evaluation (a llama.cpp call per change)."""
+        processes keep the cores busy; never under one thread, the configured counts otherwise.
+        Called on the llama.cpp thread between tokens and before prompt evaluation (a llama.cpp
+        call per change)."""
         ctx = getattr(self._llm, "_ctx", None)
         params = getattr(self._llm, "context_params", None)
         if ctx is None or params is None:
