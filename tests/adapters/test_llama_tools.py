@@ -274,6 +274,24 @@ async def test_decoding_gives_up_a_thread_while_piper_claims_a_core(llama_llm, p
     assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (n, nb)
 
 
+def test_one_thread_means_one_thread_for_batches_and_embeddings_too():
+    """``n_threads: 1`` holds for prompt batches and for the embedding context as well, not only
+    for decoding: llama-cpp-python's own default for batches is every CPU the machine reports,
+    and two one-thread stacks on the CI's 2 shared cores then ran 2-thread teams at llama.cpp's
+    barriers (two `rejoinder bench` runs at once took 260 s each instead of 75 s, and past 900 s
+    on CI, stop 46)."""
+    from llama_cpp import llama_cpp as C
+
+    from rejoinder.adapters.llama_llm import LlamaLLM
+
+    llm = LlamaLLM(n_threads=1, n_ctx=512)
+    ctx = llm._llm._ctx.ctx
+    assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (1, 1)
+    assert len(llm._embed("Where is my order?")) > 0
+    emb = llm._embedder._ctx.ctx
+    assert (C.llama_n_threads(emb), C.llama_n_threads_batch(emb)) == (1, 1)
+
+
 def test_every_support_tool_has_a_grammar_llama_cpp_takes(llama_llm):
     """The JSON-Schema converter writes a pattern's escaped dot (the ``time`` argument's
     "p.m.") as the GBNF literal ``"\\."``, which llama.cpp's parser rejects: every argument's

@@ -110,7 +110,9 @@ class LlamaLLM:
             that outgrows it fails with PortError: the reference support agent's scripted
             30-turn call in ``bench/ttft_growth.py`` is 4,610 tokens (4,096 at turn 25); window
             the history (``llm.history_turns``) for longer calls.
-        n_threads: CPU threads (default 2), fewer while Piper synthesises
+        n_threads: CPU threads for decoding, prompt batches and embeddings (default 2; llama.cpp's
+            own default for batches is every CPU, which on a shared machine puts more threads
+            at its barriers than there are cores), fewer while Piper synthesises
             (:class:`rejoinder._threads.CoreClaims`) or other processes keep the cores busy
             (:class:`rejoinder._threads.BusyNeighbours`).
         n_batch: prompt-evaluation batch size in tokens (default 256).
@@ -202,7 +204,7 @@ class LlamaLLM:
         check_model(self.model_path, chat_format)  # clear errors before llama.cpp's
         try:
             self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
-                              n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
+                              n_threads_batch=n_threads, n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
         except ValueError as exc:  # llama-cpp-python: "Failed to load model from file"
             raise ConfigError(f"llama.cpp cannot load {self.model_path} ({exc}): an architecture "
                               f"this llama.cpp does not know, or a damaged file; try another "
@@ -261,7 +263,8 @@ class LlamaLLM:
 
             with suppress_stdout_stderr(disable=False):  # llama.cpp notes the pooling override
                 self._embedder = Llama(model_path=str(self.embed_path), n_ctx=512, n_batch=512,
-                                       n_threads=self._n_threads, embedding=True,
+                                       n_threads=self._n_threads,
+                                       n_threads_batch=self._n_threads, embedding=True,
                                        pooling_type=LLAMA_POOLING_TYPE_LAST, verbose=False)
         # the threads the chat model sheds while other processes keep the cores busy
         # (rejoinder._threads.BusyNeighbours); the vectors are the same bit for bit on fewer
