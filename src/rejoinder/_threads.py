@@ -274,3 +274,29 @@ class BusyNeighbours:
             want -= 1
         self.sheds += max(0, want - self.shed)
         self.shed = want
+
+
+class ThreadFits:
+    """Process-wide counts of llama.cpp steps (a token's decode or a prompt evaluation, each
+    preceded by :meth:`rejoinder.adapters._llama_engine.ChatEngine.fit_threads`) and of those
+    run with threads shed for other processes (:class:`BusyNeighbours`) or given up to this
+    process's Piper (:class:`CoreClaims`). ``rejoinder bench`` reports the shares per level
+    (``resources.llm_shed_pct``, ``llm_yield_pct``), so that a figure measured on a busy
+    machine says so. Updated only on the process's llama.cpp thread."""
+
+    def __init__(self) -> None:
+        self.steps = self.shed = self.yielded = 0
+
+    def add(self, shed: int, yielded: int) -> None:
+        """Count one step: ``shed`` threads shed for neighbours, ``yielded`` given up to claims."""
+        self.steps += 1
+        self.shed += shed > 0
+        self.yielded += yielded > 0
+
+    def snapshot(self) -> tuple[int, int, int]:
+        """(steps, steps with threads shed, steps with a thread given up to a claim)."""
+        return self.steps, self.shed, self.yielded
+
+
+#: the process's llama.cpp steps (counted by ChatEngine.fit_threads)
+FITS = ThreadFits()

@@ -274,6 +274,44 @@ async def test_decoding_gives_up_a_thread_while_piper_claims_a_core(llama_llm, p
     assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (n, nb)
 
 
+def test_steps_on_fewer_threads_are_counted_for_the_bench(llama_llm, monkeypatch):
+    """Every llama.cpp step counts in ``rejoinder._threads.FITS``, and so do those run with a
+    thread shed for a busy neighbour (a scripted reading: one other process on a core of 2)
+    and those with a thread given up to a claim; `rejoinder bench` reports the shares
+    (``llm_thread_shares``). Threads shed and yielded are never more than the configured less
+    one."""
+    from llama_cpp import llama_cpp as C
+
+    from rejoinder._threads import CORES, FITS, BusyNeighbours
+    from rejoinder.harness.bench import llm_thread_shares
+
+    ctx, eng = llama_llm._llm._ctx.ctx, llama_llm.engine
+    clock, cpu = [0.0], [0.0, 0.0]  # wall s; (all processes', this one's) CPU s
+
+    def read():
+        return cpu[0], cpu[1], 2
+
+    monkeypatch.setattr(eng, "neighbours", BusyNeighbours(read=read, now=lambda: clock[0]))
+    before = FITS.snapshot()
+    eng.fit_threads()
+    clock[0], cpu[0], cpu[1] = 1.0, 2.0, 1.0  # a second: this process 1 core, another 1 core
+    eng.fit_threads()
+    assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (1, 1)
+    with CORES.claim():  # shed already: nothing left to give up
+        eng.fit_threads()
+        assert C.llama_n_threads(ctx) == 1
+    clock[0], cpu[1] = 2.0, 2.0  # the neighbour stopped
+    with CORES.claim():
+        eng.fit_threads()
+        assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (1, 2)
+    eng.fit_threads()
+    assert (C.llama_n_threads(ctx), C.llama_n_threads_batch(ctx)) == (2, 2)
+    shares = llm_thread_shares(before, FITS.snapshot())
+    assert shares == {"llm_steps": 5, "llm_shed_pct": 40.0, "llm_yield_pct": 20.0}
+    assert llm_thread_shares(FITS.snapshot(), FITS.snapshot()) == {
+        "llm_steps": 0, "llm_shed_pct": None, "llm_yield_pct": None}
+
+
 def test_one_thread_means_one_thread_for_batches_and_embeddings_too():
     """``n_threads: 1`` holds for prompt batches and for the embedding context as well, not only
     for decoding: llama-cpp-python's own default for batches is every CPU the machine reports,

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-from .._threads import CORES, BusyNeighbours
+from .._threads import CORES, FITS, BusyNeighbours
 from ..errors import ConfigError
 from ..ports import (ChatMessage, LLMDelta, LLMRequest, PortError, ToolCall, ToolDecision,
                      ToolSchema)
@@ -270,7 +270,9 @@ class ChatEngine(ScopeStep):
         if self._threads is None:
             self._threads = (int(params.n_threads), int(params.n_threads_batch))
         shed = self.neighbours.update(max(self._threads))
-        want = (max(1, self._threads[0] - CORES.active - shed), max(1, self._threads[1] - shed))
+        yielded = min(CORES.active, max(0, self._threads[0] - shed - 1))
+        FITS.add(shed, yielded)
+        want = (max(1, self._threads[0] - shed - yielded), max(1, self._threads[1] - shed))
         if want != (self._set or self._threads):
             ctx.set_n_threads(*want)
             self._set = want

@@ -28,6 +28,7 @@ from typing import Any, Callable, Protocol
 import psutil
 
 from .. import gctune
+from .._threads import FITS
 from .caller import RenderedTurn, render_turns
 from ..scenario import Scenario
 from ..stalls import LoopWatch, TurnWindow, attribute, summarize
@@ -61,6 +62,7 @@ class Monitor:
         self.sys0 = psutil.cpu_times()
         self.rss0 = self.proc.memory_info().rss
         self.rss_peak = self.rss0
+        self.fits0 = FITS.snapshot()
         self._task = asyncio.get_running_loop().create_task(self._sample())
 
     async def _sample(self) -> None:
@@ -91,7 +93,18 @@ class Monitor:
             "rss_start_mb": round(self.rss0 / 2**20, 1),
             "rss_peak_mb": round(self.rss_peak / 2**20, 1),
             "loop_lag_ms": {**percentiles(self.lags), "max": round(max(self.lags), 3) if self.lags else None},
+            **llm_thread_shares(self.fits0, FITS.snapshot()),
         }
+
+
+def llm_thread_shares(before: tuple[int, int, int], after: tuple[int, int, int]) -> dict[str, Any]:
+    """This process's llama.cpp steps between two :meth:`rejoinder._threads.ThreadFits.snapshot`
+    readings, and the % of them run with threads shed for other processes' load
+    (``llm_shed_pct``) or with a thread given up to Piper (``llm_yield_pct``); the shares are
+    None where no step ran here (a remote or other-process LLM)."""
+    steps, shed, yielded = (a - b for a, b in zip(after, before))
+    pct = (lambda n: round(100.0 * n / steps, 1) if steps else None)  # noqa: E731
+    return {"llm_steps": steps, "llm_shed_pct": pct(shed), "llm_yield_pct": pct(yielded)}
 
 
 @dataclass

@@ -59,7 +59,8 @@ def print_summary(summary: dict[str, Any]) -> None:
               "tasks ok"):
         lat.add_column(h, justify="left" if h == "largest seg." else "right")
     res = Table(title="resources (CPU% of one core = 100)", box=box.SIMPLE_HEAD)
-    for h in ("N", "calls", "wall s", "CPU%", "machine busy%", "RSS peak MB", "callers' CPU", "loop lag p99"):
+    for h in ("N", "calls", "wall s", "CPU%", "machine busy%", "LLM shed%", "RSS peak MB", "callers' CPU",
+              "loop lag p99"):
         res.add_column(h, justify="right")
     for lv in summary["levels"]:
         v, r = lv["v2v_ms"], lv.get("resources") or {}
@@ -72,7 +73,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                     "—" if ok is None else f"{100 * ok:.0f}%")
         share = r.get("caller_cpu_share")
         res.add_row(str(lv["concurrency"]), str(lv["calls"]), _f(r.get("wall_s")), _f(r.get("cpu_pct")),
-                    _f(r.get("machine_busy_pct")), _f(r.get("rss_peak_mb")),
+                    _f(r.get("machine_busy_pct")), _f(r.get("llm_shed_pct")), _f(r.get("rss_peak_mb")),
                     "—" if share is None else f"{100 * share:.2f}%", _f((r.get("loop_lag_ms") or {}).get("p99")))
     out.print(lat)
     out.print(res)

@@ -75,7 +75,8 @@ def level_summary(concurrency: int, turns: list[dict[str, Any]], calls: list[dic
     if stats:
         out["resources"] = {key: stats.get(key) for key in ("wall_s", "cpu_s", "cpu_pct", "cores",
                                                        "machine_busy_pct", "rss_start_mb", "rss_peak_mb",
-                                                       "caller_cpu_s", "caller_cpu_share", "loop_lag_ms")}
+                                                       "caller_cpu_s", "caller_cpu_share", "loop_lag_ms",
+                                                       "llm_steps", "llm_shed_pct", "llm_yield_pct")}
     return out
 
 
