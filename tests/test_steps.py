@@ -385,6 +385,64 @@ def test_end_call_is_not_offered_in_reply_to_a_question():
     assert told.allowed_tools is None  # every tool
 
 
+def test_end_call_is_offered_only_on_a_closing():
+    """``end_call`` (its ``cue``, CLOSING_CUE) is offered for a farewell or "that's all", not for
+    a thank-you or an acknowledgement after a task (the gate hung up on "Perfect, that works
+    for me."); every example it is calibrated on holds a closing; a YAML ``cue`` replaces the
+    pattern ('' offers it always), and a bad pattern is a ConfigError naming the tool."""
+    import re
+
+    from rejoinder.app.examples import END_EXAMPLES
+    from rejoinder.calltools import CLOSING_CUE, END_CALL_EXAMPLES
+    from rejoinder.clock import RealClock
+    from rejoinder.conversation import Conversation
+    from rejoinder.ports import ChatMessage
+    from rejoinder.tools import CallContext
+
+    @tool
+    def lookup_order(order_id: str) -> dict:
+        """Look up an order."""
+        return {"order": order_id}
+
+    agent = Agent("You are a test agent.", tools=[lookup_order, end_call()])
+    conv = Conversation(agent, CallContext("c", None), Stamper("c", RealClock(), EventBus()))
+
+    def offered(said: str):
+        req = conv.request([ChatMessage("user", said)], final_step=False)
+        return req.allowed_tools, req.withheld
+
+    for said in ("Perfect, that works for me.", "Cheers, that's a big help.", "Thank you.",
+                 "Great stuff! Thanks for juggling that around.", "Lovely weather today."):
+        assert offered(said) == (("lookup_order",), ("end_call",)), said
+    for said in ("Goodbye.", "Okay, I'll sit tight then. Take care now.", "SEE YOU THEN.",
+                 "No, that's everything from me.", "Anyway, have a lovely evening.",
+                 "Bye-bye!", "I'm all set, thanks."):
+        assert offered(said) == (None, ()), said
+    # after a question it is not offered either, but not for want of a cue
+    assert offered("Are you still there?") == (("lookup_order",), ())
+    cue = re.compile(CLOSING_CUE, re.IGNORECASE)
+    assert all(cue.search(x) for x in END_CALL_EXAMPLES + END_EXAMPLES)
+    assert Agent("x", tools=[end_call(cue=None)]).tools["end_call"].cue is None
+    with pytest.raises(ConfigError, match="tool 'end_call': cue '\\(' is not a regular expression"):
+        end_call(cue="(")
+
+
+def test_a_yaml_cue_replaces_or_drops_a_tools_cue(tmp_path):
+    from rejoinder.agent import load_agent_file
+
+    (tmp_path / "agent.yaml").write_text(
+        "instructions: x\ntools:\n  - {builtin: end_call, cue: 'ciao|adios'}\n"
+        "  - {builtin: transfer_to_human, cue: ''}\n")
+    agent = load_agent_file(tmp_path / "agent.yaml")
+    assert agent.tools["end_call"].cue.search("Ciao!") and not agent.tools["end_call"].cue.search("bye")
+    assert agent.tools["transfer_to_human"].cue is None
+    (tmp_path / "open.yaml").write_text("instructions: x\ntools:\n  - {builtin: end_call, cue: ''}\n")
+    assert load_agent_file(tmp_path / "open.yaml").tools["end_call"].cue is None
+    (tmp_path / "bad.yaml").write_text("instructions: x\ntools:\n  - {builtin: end_call, cue: '[a'}\n")
+    with pytest.raises(ConfigError, match="cue '\\[a' is not a regular expression"):
+        load_agent_file(tmp_path / "bad.yaml")
+
+
 async def test_a_tool_with_a_confirmation_runs_only_when_called_again_in_the_next_turn():
     from rejoinder.conversation import CONFIRM_KEY, Conversation
     from rejoinder.clock import RealClock

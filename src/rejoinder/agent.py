@@ -225,6 +225,8 @@ class _ToolEntry(BaseModel):
     confirm: str | None = Field(None, description="module:function giving the yes/no question "
                                 "an irreversible tool asks before it runs")
     examples: list[str] | None = Field(None, description="caller utterances that should call it")
+    cue: str | None = Field(None, description="a regular expression the caller's words must match "
+                            "for the tool to be offered (case-insensitive; '' for always)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "_ToolEntry":
@@ -304,6 +306,8 @@ def _builtin(e: _ToolEntry, where: str) -> Tool:
                           f"{exc}") from exc
     if e.timeout_s is not None:
         t.timeout_s = e.timeout_s
+    if e.cue is not None:
+        t.set_cue(e.cue)
     return t
 
 
@@ -326,7 +330,8 @@ def _tool_from(entry: str | _ToolEntry, where: str) -> Tool:
     return Tool(fn, name=e.name or (base.name if base else None),
                 description=e.description or (base.description if base else None),
                 reversible=reversible, timeout_s=timeout, compensate=compensate, examples=examples,
-                confirm=confirm, not_on_question=bool(base and base.not_on_question))
+                confirm=confirm, not_on_question=bool(base and base.not_on_question),
+                cue=e.cue if e.cue is not None else (base.cue.pattern if base and base.cue else None))
 
 
 def load_agent_file(path: str | Path) -> Agent:

@@ -35,6 +35,24 @@ from .tools import Tool
 
 END_CALL_EXAMPLES = ("That's all I needed, bye.", "No, nothing else. Goodbye!",
                      "Okay, thanks, bye bye.")
+#: A closing in the caller's words, the cue ``end_call`` is offered on (:class:`Tool` ``cue``):
+#: a farewell ("bye", "take care", "see you", "have a good day"), or the caller saying they
+#: have no more ("that's all", "nothing else", "I'm all set", "I'll let you go"). A thank-you
+#: or an acknowledgement alone ("Perfect, that works for me", "Cheers, that's a big help") is
+#: not one: the agent answers it and the caller's goodbye comes next, while a hang-up cannot be
+#: taken back. Why: in the read suites' 4-call runs of 2026-12-06 (SmolLM2-135M; runs
+#: ``20261206-041124-8002``, ``-034305-c605``) the gate hung up on three such acknowledgements
+#: after a task (12 of 16 spurious tool calls on small talk were ``end_call``), and every
+#: goodbye of those suites holds a closing. The pattern was written from those suites; the
+#: unread ``sealed`` and ``vault`` suites measure it blind. English; pass ``cue=None`` (or your
+#: own pattern) for another language.
+CLOSING_CUE = (r"\b(?:good[- ]?bye|bye|farewell|cheerio|ta[- ]ta|take care|see (?:you|ya)"
+               r"|talk (?:to you|soon|later)|speak (?:to you |soon|later)"
+               r"|have a (?:good|nice|great|lovely|wonderful) (?:day|one|evening|night|weekend"
+               r"|afternoon|morning)|good ?night|that(?:'s| is|'ll be| will be) (?:all|it|everything)"
+               r"|nothing (?:else|more)|no (?:other|more|further) questions"
+               r"|(?:i'm|i am) (?:done|all set|finished|off|good)|all set|covers it"
+               r"|let you (?:go|get on)|hang(?:ing)? up|got what i need(?:ed)?)\b")
 TRANSFER_EXAMPLES = ("Can I talk to a real person?", "I want to speak to a human, please.",
                      "Put me through to someone who works there.")
 
@@ -42,17 +60,21 @@ TRANSFER_EXAMPLES = ("Can I talk to a real person?", "I want to speak to a human
 def end_call(*, name: str = "end_call", say: str | None = None,
              description: str = "End the call. Only when the caller has said goodbye or has "
                                 "nothing more to ask.",
-             examples: Iterable[str] = END_CALL_EXAMPLES) -> Tool:
+             examples: Iterable[str] = END_CALL_EXAMPLES, cue: str | None = CLOSING_CUE) -> Tool:
     """A tool that ends the call after the goodbye has played. ``say``: a fixed goodbye the
     runtime says (None: the LLM writes it after the call; if it writes nothing, a default
     goodbye is said). It is never offered in reply to a question ("…ever arrive?"): the embedded
-    gate once hung up on a caller's first question (``Tool.not_on_question``). Returns a
-    :class:`~rejoinder.tools.Tool`."""
+    gate once hung up on a caller's first question (``Tool.not_on_question``), nor on words
+    without a closing (``cue``, :data:`CLOSING_CUE`; None: on any words). Returns a
+    :class:`~rejoinder.tools.Tool`.
+
+    Raises:
+        ConfigError: ``cue`` is not a regular expression."""
     async def run() -> HangUp:
         return HangUp("end_call", say=say, result={"status": "the call ends after your goodbye"})
     run.__name__ = name
     return Tool(run, name=name, description=description, reversible=False, timeout_s=1.0,
-                examples=examples, not_on_question=True, filler=False)
+                examples=examples, not_on_question=True, cue=cue, filler=False)
 
 
 def transfer_to_human(target: str | None = None, *, name: str = "transfer_to_human",

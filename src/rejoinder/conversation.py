@@ -149,8 +149,9 @@ class Conversation:
         allowed = pos.allowed()
         step = pos.step
         note = (ChatMessage("system", step.instructions),) if step and step.instructions else ()
-        if pending and pending[0].role == "user" and pending[0].content.rstrip().endswith("?"):
-            allowed = _answerable(agent, allowed)
+        withheld: tuple[str, ...] = ()
+        if pending and pending[0].role == "user":
+            allowed, withheld = _offered(agent, allowed, pending[0].content)
         confirming = next((n for n in self._asked if allowed is None or n in allowed), None)
         if confirming is not None and len(pending) == 1:
             allowed = (confirming,)  # the caller answers the tool's question: yes (call) or not
@@ -160,13 +161,14 @@ class Conversation:
             choice = "required"
         else:
             choice = "auto"
+        confirming = confirming if allowed == (confirming,) and choice == "auto" else None
         return LLMRequest(
             (ChatMessage("system", agent.instructions), *history, *note, *pending),
             max_tokens=agent.llm.max_tokens, temperature=agent.llm.temperature, tools=schemas,
             tool_choice=choice, cache_key=self.ctx.call_id, allowed_tools=allowed,
             tool_threshold=agent.llm.tool_threshold, talk_examples=tuple(agent.llm.talk_examples),
-            scope=agent.llm.scope or "",
-            confirming=confirming if allowed == (confirming,) and choice == "auto" else None)
+            scope=agent.llm.scope or "", confirming=confirming,
+            withheld=withheld if choice != "none" and confirming is None else ())
 
     def commit(self, turn_id: int, moves: list[tuple[Position, str, str]], ending: Any = None) -> None:
         """Make a reply's moves the conversation's (``(position, reason, tool)`` each, in order;
@@ -409,9 +411,18 @@ async def undo_runs(conv: Conversation, turn_id: int, runs: list[ToolRun]) -> No
     await asyncio.shield(undo())
 
 
-def _answerable(agent: Agent, allowed: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    """``allowed`` (None: every tool) without the tools not offered after a question
-    (:attr:`rejoinder.tools.Tool.not_on_question`)."""
+def _offered(agent: Agent, allowed: tuple[str, ...] | None,
+             said: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """``(allowed, withheld)``: ``allowed`` (None: every tool) without the tools not offered
+    for a reply to ``said`` (the caller's words): after a question
+    (:attr:`rejoinder.tools.Tool.not_on_question`), and those whose ``cue`` the words do not
+    match (``end_call`` without a closing), which are also ``withheld``
+    (:attr:`rejoinder.ports.LLMRequest.withheld`)."""
     names = allowed if allowed is not None else tuple(agent.tools)
-    kept = tuple(n for n in names if not getattr(agent.tools.get(n), "not_on_question", False))
-    return allowed if len(kept) == len(names) else kept
+    question = said.rstrip().endswith("?")
+    asked = {n for n in names if question and getattr(agent.tools.get(n), "not_on_question", False)}
+    uncued = tuple(n for n in names if n not in asked and (cue := getattr(agent.tools.get(n), "cue", None))
+                   is not None and not cue.search(said))
+    if not asked and not uncued:
+        return allowed, ()
+    return tuple(n for n in names if n not in asked and n not in uncued), uncued

@@ -132,7 +132,9 @@ class ToolDecision:
     number), so the best-scoring tool that does not, or none: the agent talks); ``"value"``: the
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
     number alone), which is called; ``"alone"``: the same message decided without scoring
-    (no ``scores``, an infinite ``margin``, recorded as null); ``"said"``: the gate said talk, but the caller said every
+    (no ``scores``, an infinite ``margin``, recorded as null); ``"cue"``: the gate's choice was
+    a tool the caller's words did not cue (``LLMRequest.withheld``), so the agent talks;
+    ``"said"``: the gate said talk, but the caller said every
     typed argument of a tool (an order number inside a self-correction) and that tool's example
     lies nearest, small talk competing, so it is called. ``ask_for``: when the agent talks because the best tool's
     typed arguments were not said, how those arguments are named ("order number"): the reply
@@ -249,6 +251,10 @@ class LLMRequest:
     by its talk-or-call margin alone. ``scope`` is what the agent helps with
     (:attr:`rejoinder.agent.LLMSettings.scope`): a scoring backend that finds no tool for a
     caller's request says so in those words (:mod:`rejoinder.adapters._scope`); others ignore it.
+    ``withheld`` names tools left out of ``allowed_tools`` because the caller's words lack their
+    cue (:attr:`rejoinder.tools.Tool.cue`: ``end_call`` without a closing): a scoring backend
+    still scores them, and choosing one means talking (else its share of the call would go to
+    the next tool); others ignore it.
     Raises ``ValueError`` for a name not among ``tools``."""
 
     messages: tuple[ChatMessage, ...]
@@ -265,6 +271,7 @@ class LLMRequest:
     allowed_tools: tuple[str, ...] | None = None
     confirming: str | None = None
     scope: str = ""
+    withheld: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.allowed_tools is not None:

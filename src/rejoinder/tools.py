@@ -45,6 +45,7 @@ import asyncio
 import functools
 import inspect
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, get_type_hints
@@ -118,7 +119,7 @@ class Tool:
                  compensate: Callable[..., Any] | None = None,
                  examples: Iterable[str] = (), background: bool = False,
                  latency_ms: float | None = None, not_on_question: bool = False,
-                 filler: bool = True,
+                 cue: str | None = None, filler: bool = True,
                  confirm: Callable[..., Any] | None = None) -> None:
         """``latency_ms``: how long one run is expected to take (ms), when known; else the
         median of its last runs in this process (:meth:`expected_ms`). A runtime filler
@@ -128,6 +129,10 @@ class Tool:
         ``not_on_question``: the tool is not offered (``LLMRequest.allowed_tools``) for a reply
         to a caller's message that ends with a question mark (``end_call``: a caller who asks
         something wants an answer, not a hang-up).
+        ``cue``: a regular expression (case-insensitive, searched anywhere) the caller's words
+        must match for the tool to be offered for the reply (``end_call``: a closing such as
+        "bye" or "that's all", :data:`rejoinder.calltools.CLOSING_CUE`; a thank-you alone is
+        not one). None: always offered.
         ``confirm(**args) -> str`` (given ``ctx`` too when it has a ``ctx`` parameter): for an
         irreversible tool, the yes/no question the caller must answer first ("shall I cancel
         your haircut on Tuesday at 10 AM?"). The first call does not run the tool: it is held,
@@ -144,6 +149,8 @@ class Tool:
         self.timeout_s = timeout_s
         self.latency_ms = latency_ms
         self.not_on_question = bool(not_on_question)
+        self.cue: re.Pattern[str] | None = None
+        self.set_cue(cue)
         self.filler = bool(filler)
         self._observed: list[float] = []  # the last runs' durations (ms, call clock)
         if compensate is not None and not callable(compensate):
@@ -190,6 +197,15 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, reversible={self.reversible})"
+
+    def set_cue(self, cue: str | None) -> None:
+        """Offer the tool only for caller words matching ``cue`` (a regular expression,
+        case-insensitive; None or "": always). Raises ConfigError for a bad pattern."""
+        try:
+            self.cue = re.compile(cue, re.IGNORECASE) if cue else None
+        except re.error as exc:
+            raise ConfigError(f"tool {self.name!r}: cue {cue!r} is not a regular expression "
+                              f"({exc}); fix it or leave it out") from exc
 
     def observe(self, ms: float) -> None:
         """Record one run's duration (ms); the last 32 are kept."""

@@ -341,3 +341,21 @@ async def test_a_no_to_the_tools_question_is_answered_with_nothing_done(llama_ll
     assert any(w in text for w in ("I won't ", "I will not ", "I'll leave ", "I'll keep ")), text
     assert text.endswith(".") and "?" not in text and "caller" not in text.lower(), text
     assert free != text, (text, free)
+
+
+def test_a_withheld_tool_still_competes_and_choosing_it_means_talk(llama_llm):
+    """``LLMRequest.withheld`` (a tool the caller's words did not cue: ``end_call`` without a
+    closing): the gate scores it and the matcher weighs it as before, and when it is the
+    choice the agent talks (``which="cue"``) instead of the next tool taking its share. The
+    same words with the tool allowed call it (a threshold every margin passes, so the choice is
+    the matcher's)."""
+    engine = llama_llm.engine
+    base = replace(_request("No, nothing else. Goodbye!"), tool_threshold=-50.0)  # an example
+    names = tuple(t.name for t in base.tools)
+    offered = engine.decide(base)
+    withheld = engine.decide(replace(base, allowed_tools=tuple(n for n in names if n != "end_call"),
+                                     withheld=("end_call",)))
+    assert (offered.chosen, offered.which) == ("end_call", "examples")
+    assert (withheld.chosen, withheld.which) == (None, "cue")
+    assert "end_call" in withheld.scores and withheld.similarity["end_call"] == pytest.approx(
+        offered.similarity["end_call"])

@@ -25,10 +25,12 @@ from test_twilio import FakeTwilio
 
 
 class ToolProvider(FakeProvider):
-    """The agent has one call tool, and the scripted LLM calls it on the caller's first words."""
+    """The agent has one call tool, and the scripted LLM calls it on the caller's first words
+    (``said``: a closing for ``end_call``, which is offered only on one)."""
 
-    def __init__(self, call_tool, tool_name: str, tokens: list[str]) -> None:
-        super().__init__(texts=["I'd like a person."], tokens=tokens)
+    def __init__(self, call_tool, tool_name: str, tokens: list[str],
+                 said: str = "I'd like a person.") -> None:
+        super().__init__(texts=[said], tokens=tokens)
         self.agent = Agent("Test.", tools=[call_tool])
         self.tool_name = tool_name
 
@@ -116,7 +118,7 @@ async def test_browser_gets_a_transfer_message_and_a_hang_up_waits_for_its_playo
 
 
 async def test_end_call_over_twilio_closes_after_the_goodbye_mark(tmp_path):
-    provider = ToolProvider(end_call(), "end_call", ["Goodbye", " then."])
+    provider = ToolProvider(end_call(), "end_call", ["Goodbye", " then."], said="That's all, bye.")
     srv = ServerThread(create_app(ServerConfig(token=TOKEN, store_dir=tmp_path), provider)).__enter__()
     try:
         tw = FakeTwilio(f"ws://{srv.base}/twilio", np.concatenate([silence(300), tone(800), silence(12000)]))

@@ -589,7 +589,8 @@ class ChatEngine(ScopeStep):
         gate = gate or self.gate_for(request.tools, request.talk_examples)
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose
         # required arguments the caller said (else the agent talks, and so asks for them)
-        scores = gate.score(self._llm, request.messages, request.allowed_tools)
+        allowed = request.allowed_tools  # and the tools withheld for lack of a cue compete
+        scores = gate.score(self._llm, request.messages, allowed and allowed + request.withheld)
         grounding = self._grounding(request)
         cands = list(scores.tools)
         said_all = [n for n in cands if grounding.get(n) is True]  # its pattern values were said
@@ -627,6 +628,8 @@ class ChatEngine(ScopeStep):
             vetoed = None if said_all else chosen
             chosen = max(said_all, key=lambda n: rank.get(n, -math.inf)) if said_all else None
             which = "grounding"
+        if chosen is not None and chosen in request.withheld:  # e.g. end_call on a thank-you
+            chosen, which = None, "cue"
         if chosen is None and self.ground_arguments:  # a bare order number is its lookup
             alone = value_alone(request.callable_tools(), self._caller_said(request))
             if alone is not None:
