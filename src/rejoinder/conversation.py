@@ -421,8 +421,8 @@ def _offered(agent: Agent, allowed: tuple[str, ...] | None,
     names = allowed if allowed is not None else tuple(agent.tools)
     question = said.rstrip().endswith("?")
     asked = {n for n in names if question and getattr(agent.tools.get(n), "not_on_question", False)}
-    uncued = tuple(n for n in names if n not in asked and (cue := getattr(agent.tools.get(n), "cue", None))
-                   is not None and not cue.search(said))
+    cues = {n: getattr(agent.tools.get(n), "cue", None) for n in names if n not in asked}
+    uncued = tuple(n for n, cue in cues.items() if cue is not None and not cue.search(said))
     if not asked and not uncued:
         return allowed, ()
     return tuple(n for n in names if n not in asked and n not in uncued), uncued

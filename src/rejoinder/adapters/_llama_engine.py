@@ -590,7 +590,8 @@ class ChatEngine(ScopeStep):
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose
         # required arguments the caller said (else the agent talks, and so asks for them)
         allowed = request.allowed_tools  # and the tools withheld for lack of a cue compete
-        scores = gate.score(self._llm, request.messages, allowed and allowed + request.withheld)
+        scores = gate.score(self._llm, request.messages,
+                            None if allowed is None else allowed + request.withheld)
         grounding = self._grounding(request)
         cands = list(scores.tools)
         said_all = [n for n in cands if grounding.get(n) is True]  # its pattern values were said

@@ -204,7 +204,8 @@ class LlamaLLM:
         check_model(self.model_path, chat_format)  # clear errors before llama.cpp's
         try:
             self._llm = Llama(model_path=str(self.model_path), n_ctx=n_ctx, n_threads=n_threads,
-                              n_threads_batch=n_threads, n_batch=n_batch, seed=seed, flash_attn=flash_attn, verbose=False)
+                              n_threads_batch=n_threads, n_batch=n_batch, seed=seed,
+                              flash_attn=flash_attn, verbose=False)
         except ValueError as exc:  # llama-cpp-python: "Failed to load model from file"
             raise ConfigError(f"llama.cpp cannot load {self.model_path} ({exc}): an architecture "
                               f"this llama.cpp does not know, or a damaged file; try another "
