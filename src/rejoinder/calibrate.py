@@ -10,7 +10,7 @@ and on the agent's tools, so it is fitted on the agent's own labelled utterances
 Each utterance is scored *leave-one-out*: by a gate whose few-shot prompt lacks that utterance,
 so an example never vouches for itself. When the model picks the tool by the nearest example
 (``tool_which`` "examples", the default), each utterance is also decided as the runtime decides
-it once the margin says call (:meth:`rejoinder.adapters._llama_engine.ChatEngine.decide`: the
+it once the margin says call (:meth:`rejoinder.adapters._decide.DecideStep.decide`: the
 nearest example with small talk competing, the typed arguments said, the irreversible tools'
 clear lead), by a matcher that lacks it too: a call is then that decision's tool, and a talk
 example the matcher keeps as talk is no spurious call whatever its margin. The threshold chosen

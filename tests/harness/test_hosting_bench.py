@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -34,6 +35,74 @@ def test_no_namespaces_means_nothing_starts(monkeypatch):
     with pytest.raises(NetworkUnavailable, match="CAP_NET_ADMIN"):
         hosting.check_network(hosting.plans(["servers"], ["regional"]))
     assert hosting.check_network(hosting.plans(["servers"], ["loopback"])) is None  # not needed
+
+
+async def test_a_real_server_on_a_taken_port_says_so(tmp_path):
+    """What the retry below keys on: a real ``models serve`` on a port someone holds fails with
+    EADDRINUSE in its message (espeak binds before it loads anything)."""
+    from rejoinder.hosting.servers import ServerProcess, ServerStartError
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        srv = ServerProcess("tts", ["tts", "--engine", "espeak", "--port", str(held.getsockname()[1])],
+                            log_path=str(tmp_path / "tts.log"))
+        with pytest.raises(ServerStartError) as err:
+            await srv.start(timeout_s=60)
+    assert hosting._port_taken(err.value)
+    assert not hosting._port_taken(ServerStartError("model server tts did not start: no voice"))
+
+
+async def test_servers_move_to_new_ports_when_one_was_taken_before_they_bound(monkeypatch, tmp_path):
+    """free_port() hands out a port that was free a moment ago; if another process binds it before
+    the server does, the deployment starts all three on new ports (twice at most), and otherwise
+    raises what the server said."""
+    from rejoinder.hosting.network import PROFILES
+    from rejoinder.hosting.servers import ServerStartError
+
+    taken, started, stopped = {9001, 9002}, [], []
+    fresh = iter([9001, 9100, 9101, 9002, 9200, 9201, 9300, 9301, 9302])
+
+    class Fake(hosting.ServerProcess):
+        async def start(self, timeout_s: float = 120.0) -> None:
+            port = int(self.args[self.args.index("--port") + 1])
+            if port in taken:
+                raise ServerStartError(f"model server {self.name} did not start: [Errno 98] error while "
+                                       f"attempting to bind on address ('127.0.0.1', {port}): address already in use")
+            started.append(port)
+
+        def stop(self) -> None:
+            stopped.append(self.name)
+
+    async def no_probe(self) -> None:
+        return None
+
+    monkeypatch.setattr(hosting, "ServerProcess", Fake)
+    monkeypatch.setattr(hosting, "free_port", lambda: next(fresh))
+    monkeypatch.setattr(hosting.Deployment, "_probe", no_probe)
+    async with hosting.Deployment(hosting.Plan("servers", PROFILES["loopback"]), 0, tmp_path) as dep:
+        assert dep._ports == [9300, 9301, 9302]
+        assert {n: int(s.args[s.args.index("--port") + 1]) for n, s in dep.servers.items()} == \
+            {"stt": 9300, "tts": 9301, "llm": 9302}
+    assert started == [9100, 9101, 9200, 9201, 9300, 9301, 9302] and stopped.count("llm-server") == 3
+    fresh = iter([9001] * 9)  # taken three times over: the server's own words come out
+    with pytest.raises(ServerStartError, match="address already in use"):
+        async with hosting.Deployment(hosting.Plan("servers", PROFILES["loopback"]), 0, tmp_path):
+            pass
+    other = iter([9400, 9401, 9402])
+    monkeypatch.setattr(hosting, "free_port", lambda: next(other))
+    taken.add(9401)
+    monkeypatch.setattr(Fake, "start", _fails_otherwise)
+    with pytest.raises(ServerStartError, match="no voice"):  # not a port problem: no second try
+        async with hosting.Deployment(hosting.Plan("servers", PROFILES["loopback"]), 0, tmp_path):
+            pass
+
+
+async def _fails_otherwise(self, timeout_s: float = 120.0) -> None:
+    from rejoinder.hosting.servers import ServerStartError
+
+    if self.name == "tts-server":
+        raise ServerStartError("model server tts-server did not start: no voice")
 
 
 def test_managed_endpoint_comparison_end_to_end(tmp_path):

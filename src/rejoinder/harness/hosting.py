@@ -44,7 +44,7 @@ from typing import Any
 from ..adapters.llama_server import free_port
 from ..errors import ConfigError
 from ..hosting.network import Link, NetworkProfile, PROFILES, preflight, profile as get_profile
-from ..hosting.servers import ServerProcess, probe_llm, probe_stt, probe_tts, socket_rtt_ms
+from ..hosting.servers import ServerProcess, ServerStartError, probe_llm, probe_stt, probe_tts, socket_rtt_ms
 
 ARRANGEMENTS = {
     "in-process": "every model in the agent process",
@@ -103,6 +103,12 @@ def needs_namespaces(items: list[Plan]) -> bool:
     return any(p.profile is not None and p.profile.name != "loopback" for p in items)
 
 
+def _port_taken(exc: BaseException) -> bool:
+    """Whether a server failed to start only because its port was taken (EADDRINUSE in its log)."""
+    return isinstance(exc, ServerStartError) and ("address already in use" in str(exc).lower()
+                                                  or "errno 98" in str(exc).lower())
+
+
 @dataclass
 class Deployment:
     """The servers (and link) of one plan; ``async with`` starts and stops them."""
@@ -145,36 +151,47 @@ class Deployment:
                 await self._start_s2s(prefix)
                 return self
             fault = ["--faults", p.failure, "--fault-seed", "1"] if p.failure and p.arrangement != "in-process" else []
-            stt = ServerProcess("stt-server", ["stt", "--protocol", "cartesia", "--host", self.host, "--port",
-                                               str(self._port(0)), "--api-key", self.key], prefix,
-                                log_path=str(self.logs / f"{self.index}-stt.log"))
-            if p.arrangement == "managed-bidi":
-                stt = ServerProcess("stt-endpoint", ["stt", "--protocol", "sagemaker-bidi", "--host", self.host,
-                                                     "--port", str(self._port(0))], prefix,
-                                    log_path=str(self.logs / f"{self.index}-stt.log"))
-                tts = ServerProcess("tts-endpoint", ["tts", "--protocol", "sagemaker-bidi", "--host", self.host,
-                                                     "--port", str(self._port(1)), *fault], prefix,
-                                    log_path=str(self.logs / f"{self.index}-tts.log"))
-            elif p.arrangement == "servers":
-                tts = ServerProcess("tts-server", ["tts", "--protocol", "cartesia", "--host", self.host, "--port",
-                                                   str(self._port(1)), "--api-key", self.key, *fault], prefix,
-                                    log_path=str(self.logs / f"{self.index}-tts.log"))
-            else:
-                tts = ServerProcess("tts-endpoint", ["tts", "--protocol", "sagemaker", "--host", self.host,
-                                                     "--port", str(self._port(1)), *fault], prefix,
-                                    env={"AWS_ACCESS_KEY_ID": self.aws[0], "AWS_SECRET_ACCESS_KEY": self.aws[1]},
-                                    log_path=str(self.logs / f"{self.index}-tts.log"))
-            llm = ServerProcess("llm-server", ["llm", "--host", self.host, "--port", str(self._port(2))], prefix,
-                                log_path=str(self.logs / f"{self.index}-llm.log"))
-            self.servers = {"stt": stt, "tts": tts, "llm": llm}
+            for attempt in range(3):
+                self.servers = self._server_processes(prefix, fault)
+                failed = [e for e in await asyncio.gather(*(srv.start() for srv in self.servers.values()),
+                                                           return_exceptions=True) if e is not None]
+                if not failed:
+                    break
+                for srv in self.servers.values():
+                    srv.stop()
+                # another process took a port between free_port() and the server's bind: new ports
+                if self.link is not None or attempt == 2 or not all(_port_taken(e) for e in failed):
+                    raise failed[0]
+                del self._ports
             for srv in self.servers.values():
                 self._stack.callback(srv.stop)
-            await asyncio.gather(stt.start(), tts.start(), llm.start())
             await self._probe()
         except BaseException:
             await self._stack.aclose()
             raise
         return self
+
+    def _server_processes(self, prefix: list[str], fault: list[str]) -> dict[str, ServerProcess]:
+        """The STT, TTS and LLM server processes of this plan, on :meth:`_port`'s ports (not started)."""
+        p, log = self.plan, lambda what: str(self.logs / f"{self.index}-{what}.log")
+        at = ["--host", self.host, "--port"]
+        if p.arrangement == "managed-bidi":
+            stt = ServerProcess("stt-endpoint", ["stt", "--protocol", "sagemaker-bidi", *at, str(self._port(0))],
+                                prefix, log_path=log("stt"))
+            tts = ServerProcess("tts-endpoint", ["tts", "--protocol", "sagemaker-bidi", *at, str(self._port(1)),
+                                                 *fault], prefix, log_path=log("tts"))
+        else:
+            stt = ServerProcess("stt-server", ["stt", "--protocol", "cartesia", *at, str(self._port(0)),
+                                               "--api-key", self.key], prefix, log_path=log("stt"))
+        if p.arrangement == "servers":
+            tts = ServerProcess("tts-server", ["tts", "--protocol", "cartesia", *at, str(self._port(1)),
+                                               "--api-key", self.key, *fault], prefix, log_path=log("tts"))
+        elif p.arrangement != "managed-bidi":
+            tts = ServerProcess("tts-endpoint", ["tts", "--protocol", "sagemaker", *at, str(self._port(1)), *fault],
+                                prefix, env={"AWS_ACCESS_KEY_ID": self.aws[0], "AWS_SECRET_ACCESS_KEY": self.aws[1]},
+                                log_path=log("tts"))
+        llm = ServerProcess("llm-server", ["llm", *at, str(self._port(2))], prefix, log_path=log("llm"))
+        return {"stt": stt, "tts": tts, "llm": llm}
 
     @property
     def s2s_url(self) -> str:
