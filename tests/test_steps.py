@@ -427,6 +427,41 @@ def test_end_call_is_offered_only_on_a_closing():
         end_call(cue="(")
 
 
+async def test_a_cued_tool_stays_offered_for_the_answer_to_its_own_question():
+    """The support agent's ``cancel_appointment`` is offered only on words that can ask for a
+    cancellation (CANCEL_CUE: not on thanks or small talk); once its confirmation question was
+    asked, the caller's "Yep, please do." answers it though it holds no cancel word."""
+    import re
+
+    from rejoinder.app.examples import CANCEL_CUE, CANCEL_EXAMPLES, MOVE_EXAMPLES, TALK_EXAMPLES
+    from rejoinder.app.support import agent as support
+    from rejoinder.clock import RealClock
+    from rejoinder.conversation import Conversation
+    from rejoinder.ports import ChatMessage, ToolCall
+    from rejoinder.tools import CallContext
+
+    cue = re.compile(CANCEL_CUE, re.IGNORECASE)
+    assert all(cue.search(x) for x in CANCEL_EXAMPLES)
+    assert not any(cue.search(x) for x in MOVE_EXAMPLES + TALK_EXAMPLES)
+    ctx = CallContext("c", "+15550103")
+    support.on_call_start(ctx)
+    try:
+        conv = Conversation(support, ctx, Stamper("c", RealClock(), EventBus()))
+
+        def offered(said: str):
+            req = conv.request([ChatMessage("user", said)], final_step=False)
+            return "cancel_appointment" in (req.allowed_tools or support.tools), req.withheld, req.confirming
+
+        assert offered("Smashing, that suits me perfectly.") == (False, ("cancel_appointment", "end_call"), None)
+        assert offered("Could you renew the insurance on my car?") == (False, ("cancel_appointment",), None)
+        assert offered("I can't make it on Thursday, so take it off the books.") == (True, ("end_call",), None)
+        held = await conv.run_tool(1, ToolCall("c1", "cancel_appointment", {"service": "consultation"}))
+        assert held.held and "shall I cancel your consultation" in str(held.result)
+        assert offered("Yep, please do.") == (True, (), "cancel_appointment")
+    finally:
+        support.on_call_end(ctx)
+
+
 def test_a_yaml_cue_replaces_or_drops_a_tools_cue(tmp_path):
     from rejoinder.agent import load_agent_file
 

@@ -150,9 +150,9 @@ class Conversation:
         step = pos.step
         note = (ChatMessage("system", step.instructions),) if step and step.instructions else ()
         withheld: tuple[str, ...] = ()
-        if pending and pending[0].role == "user":
-            allowed, withheld = _offered(agent, allowed, pending[0].content)
         confirming = next((n for n in self._asked if allowed is None or n in allowed), None)
+        if pending and pending[0].role == "user":  # a "yes" needs no cue to answer the question
+            allowed, withheld = _offered(agent, allowed, pending[0].content, keep=confirming)
         if confirming is not None and len(pending) == 1:
             allowed = (confirming,)  # the caller answers the tool's question: yes (call) or not
         if final_step or not schemas or allowed == ():
@@ -411,17 +411,18 @@ async def undo_runs(conv: Conversation, turn_id: int, runs: list[ToolRun]) -> No
     await asyncio.shield(undo())
 
 
-def _offered(agent: Agent, allowed: tuple[str, ...] | None,
-             said: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+def _offered(agent: Agent, allowed: tuple[str, ...] | None, said: str,
+             keep: str | None = None) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     """``(allowed, withheld)``: ``allowed`` (None: every tool) without the tools not offered
     for a reply to ``said`` (the caller's words): after a question
     (:attr:`rejoinder.tools.Tool.not_on_question`), and those whose ``cue`` the words do not
     match (``end_call`` without a closing), which are also ``withheld``
-    (:attr:`rejoinder.ports.LLMRequest.withheld`)."""
+    (:attr:`rejoinder.ports.LLMRequest.withheld`). ``keep``: a tool whose confirmation
+    question ``said`` answers; it stays offered whatever the words."""
     names = allowed if allowed is not None else tuple(agent.tools)
     question = said.rstrip().endswith("?")
     asked = {n for n in names if question and getattr(agent.tools.get(n), "not_on_question", False)}
-    cues = {n: getattr(agent.tools.get(n), "cue", None) for n in names if n not in asked}
+    cues = {n: getattr(agent.tools.get(n), "cue", None) for n in names if n not in asked and n != keep}
     uncued = tuple(n for n, cue in cues.items() if cue is not None and not cue.search(said))
     if not asked and not uncued:
         return allowed, ()

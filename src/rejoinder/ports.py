@@ -134,6 +134,9 @@ class ToolDecision:
     number alone), which is called; ``"alone"``: the same message decided without scoring
     (no ``scores``, an infinite ``margin``, recorded as null); ``"cue"``: the gate's choice was
     a tool the caller's words did not cue (``LLMRequest.withheld``), so the agent talks;
+    ``"yesno"``: an answer to a confirmation question that opened with yes (the tool is called)
+    or no (talk), decided without scoring (:mod:`rejoinder.adapters._yesno`); ``"confirm"``: one
+    that opened with neither, judged by the margin and the nearer of the yes and no examples;
     ``"said"``: the gate said talk, but the caller said every
     typed argument of a tool (an order number inside a self-correction) and that tool's example
     lies nearest, small talk competing, so it is called. ``ask_for``: when the agent talks because the best tool's

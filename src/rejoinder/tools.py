@@ -304,7 +304,8 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
          description: str | None = None, reversible: bool = False,
          timeout_s: float | None = 10.0, compensate: Callable[..., Any] | None = None,
          examples: Iterable[str] = (), background: bool = False,
-         latency_ms: float | None = None, confirm: Callable[..., Any] | None = None) -> Any:
+         latency_ms: float | None = None, confirm: Callable[..., Any] | None = None,
+         cue: str | None = None) -> Any:
     """Declare a function as a tool: ``@tool`` or ``@tool(reversible=True, timeout_s=2)``;
     ``latency_ms`` declares how long a run is expected to take (see :class:`Tool`).
 
@@ -314,12 +315,17 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     on them. ``background``: a slow tool the reply does not wait for — the LLM is told it has
     started, the reply goes on, and when it finishes its result enters the context and the agent
     follows up on its own as soon as the line is free. ``confirm``: the question an
-    irreversible tool asks before it runs (see :class:`Tool`). Returns a :class:`Tool`.
+    irreversible tool asks before it runs (see :class:`Tool`). ``cue``: a regular expression
+    the caller's words must match for the tool to be offered (see :class:`Tool`). Returns a
+    :class:`Tool`.
+
+    Raises:
+        ConfigError: ``cue`` is not a regular expression.
     """
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, reversible=reversible,
                     timeout_s=timeout_s, compensate=compensate, examples=examples,
-                    background=background, latency_ms=latency_ms, confirm=confirm)
+                    background=background, latency_ms=latency_ms, confirm=confirm, cue=cue)
     return wrap(fn) if fn is not None else wrap
 
 

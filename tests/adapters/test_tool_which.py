@@ -238,7 +238,7 @@ def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_
         confirm = LLMRequest((ChatMessage("system", support.instructions),
                               ChatMessage("user", "Please cancel my haircut."),
                               ChatMessage("assistant", "Shall I cancel your haircut on Friday at 2 PM?"),
-                              ChatMessage("user", "Yes, go ahead and cancel it.")),
+                              ChatMessage("user", "I'm certain, cancel it.")),  # no yes lead
                              tools=tools, temperature=0.0, max_tokens=24,
                              allowed_tools=("cancel_appointment",), confirming="cancel_appointment",
                              talk_examples=tuple(support.llm.talk_examples))
@@ -246,7 +246,7 @@ def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_
     finally:
         engine.embed, engine.which = embed, which
     assert answered.which == "confirm" and answered.chosen == "cancel_appointment"
-    assert EMBED_TEMPLATE.format("Yes, go ahead and cancel it.") in seen
+    assert EMBED_TEMPLATE.format("I'm certain, cancel it.") in seen
 
 
 def test_the_embeddings_may_come_from_another_gguf(tmp_path):

@@ -5,7 +5,8 @@ writes the call or the reply afterwards. The decision combines, in order: a type
 alone (:meth:`DecideStep.value_decision`), the label gate's calibrated margin
 (:class:`._gate.LabelGate`), the nearest tool example in sentence embeddings
 (:class:`._which.ExampleMatcher`, small talk competing), the arguments the caller actually said
-(:meth:`DecideStep._grounding`), an irreversible tool's clear lead (:func:`._which.clear_pick`)
+(:meth:`DecideStep._grounding`), the yes or no an answer to a confirmation question opens with
+(:mod:`._yesno`), an irreversible tool's clear lead (:func:`._which.clear_pick`)
 and a withheld tool's cue (``LLMRequest.withheld``). Each rule's source and measured effect is
 in its docstring or comment; the resulting :class:`~rejoinder.ports.ToolDecision` names the rule
 that decided (``which``).
@@ -24,6 +25,7 @@ from ..ports import LLMRequest, ToolDecision, ToolSchema
 from ._ask import missing_arguments
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._toolcall import groundable, value_alone
+from ._yesno import answer_polarity
 from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher, clear_pick, said_pick
 
 
@@ -62,6 +64,20 @@ class DecideStep:
             return None
         return ToolDecision(alone, {}, math.inf, *self._threshold(request), "alone")
 
+    def answer_decision(self, request: LLMRequest) -> ToolDecision | None:
+        """The decision on an answer to an irreversible tool's question
+        (``request.confirming``) that opens with yes or no (:func:`._yesno.answer_polarity`):
+        the tool on a yes, talk on a no (the reply then says nothing was done), without scoring
+        (``which="yesno"``, no scores; margin +inf or −inf, recorded as null). None when the
+        answer opens with neither, and the model decides (:meth:`decide`)."""
+        if request.confirming is None:
+            return None
+        lead = answer_polarity(self._caller_said(request))
+        if lead is None:
+            return None
+        return ToolDecision(request.confirming if lead else None, {}, math.inf if lead else -math.inf,
+                            *self._threshold(request), "yesno")
+
     def _threshold(self, request: LLMRequest) -> tuple[float, str]:
         """The gate's threshold for ``request`` and where it came from: the request's (the
         agent's), else this engine's (the model's calibration or the default)."""
@@ -76,9 +92,12 @@ class DecideStep:
         conversation out first (``LlamaLLM`` does, under the gate's own cache key). ``gate``
         and ``matcher``: built by the caller (calibration leaves an example out of both), else
         those of the request's tools and talk examples. A caller's message that is one tool's
-        typed argument alone is decided without scoring (:meth:`value_decision`)."""
+        typed argument alone is decided without scoring (:meth:`value_decision`), and so is an
+        answer to a confirmation question that opens with yes or no (:meth:`answer_decision`)."""
         if (alone := self.value_decision(request)) is not None:
             return alone
+        if (said := self.answer_decision(request)) is not None:
+            return said
         self.fit_threads()
         gate = gate or self.gate_for(request.tools, request.talk_examples)
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose
@@ -149,7 +168,12 @@ class DecideStep:
 
     def confirm_matcher(self, tool: str) -> ExampleMatcher:
         """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of
-        :data:`CONFIRM_YES` (the tool) and :data:`CONFIRM_NO` (talk) in the same embeddings."""
+        :data:`CONFIRM_YES` (the tool) and :data:`CONFIRM_NO` (talk) in the same embeddings.
+
+        Only for an answer that opens with neither (:meth:`answer_decision`). Adding the tool's
+        own examples to the yes side was tried: "Please cancel it." then confirmed, but three of
+        seven no answers without a no lead ("I'll come after all.") did too, against two
+        without them (SmolLM2-135M, 2026-12-06), and a wrong yes here cannot be undone."""
         key = (("(confirm)", tool),)
         matcher = self._matchers.get(key)
         if matcher is None:

@@ -30,7 +30,7 @@ from pydantic import BeforeValidator, Field
 
 from rejoinder.agent import Agent
 from rejoinder.app import db
-from rejoinder.app.examples import (CANCEL_EXAMPLES, END_EXAMPLES, LIST_EXAMPLES, MOVE_EXAMPLES,
+from rejoinder.app.examples import (CANCEL_CUE, CANCEL_EXAMPLES, END_EXAMPLES, LIST_EXAMPLES, MOVE_EXAMPLES,
                                      ORDER_EXAMPLES, TALK_EXAMPLES, TRANSFER_EXAMPLES)
 from rejoinder.calltools import end_call, transfer_to_human
 from rejoinder.dictation import DIGIT_WORDS
@@ -306,7 +306,7 @@ def _ask_cancel(ctx: CallContext, service: Service = "") -> str:
     return f"shall I cancel your {appt['service']} on {appt['when']}?"
 
 
-@tool(reversible=False, timeout_s=2.0, examples=CANCEL_EXAMPLES, confirm=_ask_cancel)
+@tool(reversible=False, timeout_s=2.0, examples=CANCEL_EXAMPLES, confirm=_ask_cancel, cue=CANCEL_CUE)
 def cancel_appointment(ctx: CallContext, service: Service = "") -> dict[str, Any]:
     """Cancel the caller's appointment. Only after the caller has said yes to cancelling it.
 
