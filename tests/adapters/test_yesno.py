@@ -66,3 +66,28 @@ def test_a_plain_yes_confirms_and_a_no_lead_declines_without_scoring(llama_llm):
     assert unsure.which in ("labels", "confirm") and unsure.scores and unsure.chosen is None
     asked = engine.decide(replace(_answer("Yes."), confirming=None))  # not an answer to a question
     assert asked.which != "yesno"
+
+
+async def test_a_yes_lead_costs_no_kv_swap_to_the_gate(llama_llm, monkeypatch):
+    """In-process, a yes or no lead is decided before the gate's KV state is put in place (as a
+    typed argument said alone is): only the conversation's own state is activated, and the
+    decision is the first thing the stream yields."""
+    from rejoinder.ports import ToolCall, ToolDecision
+
+    activated: list = []
+    activate = llama_llm.cache.activate
+
+    def seen(key):
+        activated.append(key)
+        return activate(key)
+
+    monkeypatch.setattr(llama_llm.cache, "activate", seen)
+    mode, llama_llm.tool_mode = llama_llm.tool_mode, "gate"
+    try:
+        req = replace(_answer("Yes please."), cache_key="yes-lead")
+        out = [d async for d in llama_llm.stream(req)]
+    finally:
+        llama_llm.tool_mode = mode
+    assert isinstance(out[0], ToolDecision) and out[0].which == "yesno"
+    assert any(isinstance(d, ToolCall) and d.name == "cancel_appointment" for d in out)
+    assert activated == ["yes-lead"]
