@@ -31,7 +31,13 @@ then what the tool machinery costs before the first delta (tool_choice none vs a
 eager on the small-talk items, interleaved).
 
     PYTHONPATH=src .venv/bin/python bench/tool_choice.py [--designs lazy,eager-fewshot]
-        [--agent SPEC] [--model PATH [--chat-format auto]] [--limit N] [--cost-rounds 3] [--json]
+        [--agent SPEC] [--model PATH [--chat-format auto]] [--items FILE] [--limit N]
+        [--cost-rounds 3] [--json]
+
+``--items FILE`` replaces the 38 built-in items (tuning items, saturated at 96.6 % right tool
+for the bundled model) with labelled utterances from a file (:func:`load_items`), e.g.
+``bench/data/decisions_blind.tsv``: 185 written blind, said after the greeting, arguments not
+graded.
 
 ``--model`` runs any local GGUF (default: the bundled SmolLM2-135M-Instruct) in its own chat
 format (``LlamaLLM.format``, read from the GGUF's metadata). Eager decides inside the call only in
@@ -61,7 +67,8 @@ ANY_SERVICE = ("", "haircut")  # the demo caller has one appointment, a haircut
 @dataclass(frozen=True)
 class Item:
     say: str
-    expect: tuple[tuple[str, dict], ...]  # acceptable (tool, {arg: value or tuple of values})
+    expect: tuple[tuple[str, dict | None], ...]  # acceptable (tool, {arg: value or tuple of values}
+    # or None: any arguments)
     ctx: str | None = None
 
     @property
@@ -132,6 +139,26 @@ ITEMS: list[Item] = [
     Item("Thanks, that's great.", (), "appointments"),
 ]
 
+def load_items(path: str) -> list[Item]:
+    """Labelled utterances from a tab-separated file, one a line: the acceptable tools
+    (``lookup_order``, several joined by ``|``) or ``none`` (no call), a tab, the caller's words
+    (said after the agent's greeting; arguments not graded: right args = right tool).
+
+    Raises:
+        SystemExit: a line without a tab or with an empty label (its line number named)."""
+    items = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            label, sep, say = line.rstrip("\n").partition("\t")
+            if not sep or not label.strip() or not say.strip():
+                raise SystemExit(f"{path}:{n}: expected 'TOOL[|TOOL…] or none<TAB>utterance'")
+            tools = () if label.strip() == "none" else tuple((t.strip(), None) for t in label.split("|"))
+            items.append(Item(say.strip(), tools))
+    return items
+
+
 MODES = ("gate", "lazy", "eager")
 SCHEMA_SUFFIXES = ("strict", "hhmm", "bare")
 #: The designs run by default (any MODE[-EXAMPLES][-SCHEMAS] can be named with --designs;
@@ -198,7 +225,7 @@ def grade(item: Item, call: ToolCall | None, params: dict[str, dict]) -> tuple[b
     if call is None:
         return False, False
     tool_ok = any(call.name == name for name, _ in item.expect)
-    args_ok = any(call.name == name and args_match(call.arguments, args, params.get(name, {}))
+    args_ok = any(call.name == name and (args is None or args_match(call.arguments, args, params.get(name, {})))
                   for name, args in item.expect)
     return tool_ok, args_ok
 
@@ -331,9 +358,10 @@ async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
 
 async def main(designs: list[str], agent_spec: str | None, limit: int | None,
                cost_rounds: int, model: str | None = None, chat_format: str = "auto",
-               embed_model: str | None = None) -> dict:
+               embed_model: str | None = None, items_path: str | None = None) -> dict:
     base = agent_for(agent_spec)
-    items = ITEMS[:limit] if limit else ITEMS
+    items = load_items(items_path) if items_path else ITEMS
+    items = items[:limit] if limit else items
     llm = make_llm(**({"model_path": model, "chat_format": chat_format} if model else {}),
                    **({"embed_model": embed_model} if embed_model else {}))
     from rejoinder.adapters.registry import file_sha256
@@ -363,6 +391,9 @@ if __name__ == "__main__":
     ap.add_argument("--embed-model", default=None,
                     help="the GGUF whose embeddings choose the tool (default: --model itself; "
                          "'smollm2': the bundled SmolLM2-135M)")
+    ap.add_argument("--items", default=None,
+                    help="labelled utterances, TOOL[|TOOL]<TAB>words or none<TAB>words a line "
+                         "(default: the 38 built-in items; bench/data/decisions_blind.tsv: 185 written blind)")
     ap.add_argument("--limit", type=int, default=None, help="first N items only (smoke run)")
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="rounds of the none/lazy/eager first-delta comparison (0: skip)")
@@ -378,7 +409,7 @@ if __name__ == "__main__":
     if embed == "smollm2":
         from rejoinder.adapters.llama_llm import smollm2_model_path
         embed = str(smollm2_model_path())
-    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format, embed))
+    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format, embed, a.items))
     if a.json:
         print(json.dumps(out, indent=2))
     else:

@@ -412,11 +412,13 @@ def test_end_call_is_offered_only_on_a_closing():
         return req.allowed_tools, req.withheld
 
     for said in ("Perfect, that works for me.", "Cheers, that's a big help.", "Thank you.",
-                 "Great stuff! Thanks for juggling that around.", "Lovely weather today."):
+                 "Great stuff! Thanks for juggling that around.", "Lovely weather today.",
+                 "That was a good buy.", "Hi, it's Tara here."):
         assert offered(said) == (("lookup_order",), ("end_call",)), said
     for said in ("Goodbye.", "Okay, I'll sit tight then. Take care now.", "SEE YOU THEN.",
                  "No, that's everything from me.", "Anyway, have a lovely evening.",
-                 "Bye-bye!", "I'm all set, thanks."):
+                 "Bye-bye!", "I'm all set, thanks.", "Right, that's me sorted, ta-ra.",
+                 "Nah all good, cheers mate, hooroo.", "Alright, catch you later."):
         assert offered(said) == (None, ()), said
     # after a question it is not offered either, but not for want of a cue
     assert offered("Are you still there?") == (("lookup_order",), ())

@@ -44,9 +44,14 @@ END_CALL_EXAMPLES = ("That's all I needed, bye.", "No, nothing else. Goodbye!",
 #: ``20261206-041124-8002``, ``-034305-c605``) the gate hung up on three such acknowledgements
 #: after a task (12 of 16 spurious tool calls on small talk were ``end_call``), and every
 #: goodbye of those suites holds a closing. The pattern was written from those suites; the
-#: unread ``sealed`` and ``vault`` suites measure it blind. English; pass ``cue=None`` (or your
-#: own pattern) for another language.
-CLOSING_CUE = (r"\b(?:good[- ]?bye|bye|farewell|cheerio|ta[- ]ta|take care|see (?:you|ya)"
+#: unread ``sealed`` and ``vault`` suites measure it blind. On 28 ways of ending a call written
+#: blind on 2026-12-06 by a helper who read nothing of the project, it matched 22; of the six
+#: misses, the farewells "ta-ra", "hooroo" and "catch you later" were added (24 of 28 now, no
+#: longer blind). The recogniser's "good buy", "thanks bi" and "that's ever thing" stay out:
+#: "That was a good buy." is an acknowledgement.
+#: English; pass ``cue=None`` (or your own pattern) for another language.
+CLOSING_CUE = (r"\b(?:good[- ]?bye|bye|farewell|cheerio|ta[- ](?:ta|ra)|hooroo|take care"
+               r"|see (?:you|ya)|catch (?:you|ya) (?:later|soon|then)"
                r"|talk (?:to you|soon|later)|speak (?:to you |soon|later)"
                r"|have a (?:good|nice|great|lovely|wonderful) (?:day|one|evening|night|weekend"
                r"|afternoon|morning)|good ?night|that(?:'s| is|'ll be| will be) (?:all|it|everything)"

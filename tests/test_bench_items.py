@@ -1,0 +1,63 @@
+"""``bench/tool_choice.py --items``: labelled utterances from a file, and the blind set shipped
+in ``bench/data/decisions_blind.tsv`` kept apart from the support agent's examples."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rejoinder.app.support import agent as support
+from rejoinder.harness.heldout import distance
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def tool_choice():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("tool_choice")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_blind_set_loads_with_its_labels(tool_choice):
+    items = tool_choice.load_items(str(BENCH / "data" / "decisions_blind.tsv"))
+    kinds = Counter(item.expect[0][0] if item.expect else "none" for item in items)
+    assert kinds == {"list_appointments": 67, "none": 62, "lookup_order": 15,
+                     "reschedule_appointment": 15, "cancel_appointment": 14, "transfer_to_human": 12}
+    assert set(kinds) - {"none"} <= set(support.tools)
+    assert all(args is None for item in items for _, args in item.expect)  # arguments not graded
+
+
+def test_a_malformed_line_names_its_line(tool_choice, tmp_path):
+    path = tmp_path / "items.tsv"
+    path.write_text("# a comment\nnone\tHello.\nlookup_order|list_appointments\tWhere is 4217?\n"
+                    "no tab on this line\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"items.tsv:4: expected 'TOOL\[\|TOOL…\] or none<TAB>utterance'"):
+        tool_choice.load_items(str(path))
+    path.write_text("none\tHello.\nlookup_order|list_appointments\tWhere is 4217?\n", encoding="utf-8")
+    items = tool_choice.load_items(str(path))
+    assert [i.kind for i in items] == ["none", "tool"]
+    assert items[1].expect == (("lookup_order", None), ("list_appointments", None))
+
+
+def test_any_arguments_grade_as_right_when_none_are_given(tool_choice):
+    from rejoinder.ports import ToolCall
+    item = tool_choice.Item("Where is 4217?", (("lookup_order", None),))
+    assert tool_choice.grade(item, ToolCall("1", "lookup_order", {"order_id": "9999"}), {}) == (True, True)
+    assert tool_choice.grade(item, ToolCall("1", "list_appointments", {}), {}) == (False, False)
+    assert tool_choice.grade(item, None, {}) == (False, False)
+
+
+def test_no_blind_utterance_is_near_an_example_of_the_agent(tool_choice):
+    """The set measures wordings nobody tuned on: none lies within 0.3 WER of an example."""
+    items = tool_choice.load_items(str(BENCH / "data" / "decisions_blind.tsv"))
+    examples = [e for t in support.tools.values() for e in t.schema.examples] + list(support.llm.talk_examples)
+    assert len(examples) > 100
+    near = [(i.say, e) for i in items for e in examples if distance(i.say, e) < 0.3]
+    assert not near, near
