@@ -67,8 +67,8 @@ ANY_SERVICE = ("", "haircut")  # the demo caller has one appointment, a haircut
 @dataclass(frozen=True)
 class Item:
     say: str
-    expect: tuple[tuple[str, dict | None], ...]  # acceptable (tool, {arg: value or tuple of values}
-    # or None: any arguments)
+    #: acceptable (tool, {arg: value or tuple of values}, or None: any arguments)
+    expect: tuple[tuple[str, dict | None], ...]
     ctx: str | None = None
 
     @property
@@ -138,6 +138,7 @@ ITEMS: list[Item] = [
     Item("Sorry, I didn't catch that.", ()),
     Item("Thanks, that's great.", (), "appointments"),
 ]
+
 
 def load_items(path: str) -> list[Item]:
     """Labelled utterances from a tab-separated file, one a line: the acceptable tools

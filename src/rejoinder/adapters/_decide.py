@@ -78,6 +78,13 @@ class DecideStep:
         return ToolDecision(request.confirming if lead else None, {}, math.inf if lead else -math.inf,
                             *self._threshold(request), "yesno")
 
+    def unscored_decision(self, request: LLMRequest) -> ToolDecision | None:
+        """The decision that needs no scoring (so no KV swap to the gate's state): a typed
+        argument said alone (:meth:`value_decision`), else a yes or no lead answering a
+        confirmation question (:meth:`answer_decision`); None when the gate must score."""
+        alone = self.value_decision(request)
+        return alone if alone is not None else self.answer_decision(request)
+
     def _threshold(self, request: LLMRequest) -> tuple[float, str]:
         """The gate's threshold for ``request`` and where it came from: the request's (the
         agent's), else this engine's (the model's calibration or the default)."""
@@ -94,10 +101,8 @@ class DecideStep:
         those of the request's tools and talk examples. A caller's message that is one tool's
         typed argument alone is decided without scoring (:meth:`value_decision`), and so is an
         answer to a confirmation question that opens with yes or no (:meth:`answer_decision`)."""
-        if (alone := self.value_decision(request)) is not None:
-            return alone
-        if (said := self.answer_decision(request)) is not None:
-            return said
+        if (unscored := self.unscored_decision(request)) is not None:
+            return unscored
         self.fit_threads()
         gate = gate or self.gate_for(request.tools, request.talk_examples)
         # the margin is over the step's tools, as calibrated; the call goes only to a tool whose

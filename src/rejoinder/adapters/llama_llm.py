@@ -408,9 +408,7 @@ class LlamaLLM:
         try:
             if stop.is_set():
                 return
-            decision = self.engine.value_decision(request)  # no scoring, no KV swap
-            if decision is None:  # a yes or no to a confirmation question: the same
-                decision = self.engine.answer_decision(request)
+            decision = self.engine.unscored_decision(request)  # no scoring, no KV swap
             if decision is None and self.engine.gates(request):  # the gate has its own KV state
                 gate = self.engine.gate_for(request.tools, request.talk_examples)
                 self.cache.activate(gate.key)
