@@ -359,15 +359,16 @@ async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
 
 async def main(designs: list[str], agent_spec: str | None, limit: int | None,
                cost_rounds: int, model: str | None = None, chat_format: str = "auto",
-               embed_model: str | None = None, items_path: str | None = None) -> dict:
+               embed_model: str | None = None, items_path: str | None = None,
+               embedder: str = "minilm") -> dict:
     base = agent_for(agent_spec)
     items = load_items(items_path) if items_path else ITEMS
     items = items[:limit] if limit else items
     llm = make_llm(**({"model_path": model, "chat_format": chat_format} if model else {}),
-                   **({"embed_model": embed_model} if embed_model else {}))
+                   **({"embed_model": embed_model} if embed_model else {}), embedder=embedder)
     from rejoinder.adapters.registry import file_sha256
     model_info = {"model": llm.model_name, "chat_format": llm.format.name,
-                  "sha256": file_sha256(llm.model_path)}
+                  "sha256": file_sha256(llm.model_path), "embedder": llm.embedder}
     print(f"model {model_info['model']} ({model_info['chat_format']} format, sha256 "
           f"{model_info['sha256'][:16]}…)", file=sys.stderr)
     default_mode = llm.tool_mode
@@ -389,9 +390,13 @@ if __name__ == "__main__":
                     help="a local GGUF file (default: the bundled SmolLM2-135M-Instruct)")
     ap.add_argument("--chat-format", default="auto",
                     help="auto (from the GGUF's metadata) | smollm2 | hermes | llama3")
+    ap.add_argument("--embedder", default="minilm", choices=["minilm", "gguf"],
+                    help="the space the nearest example is found in (default minilm: "
+                         "all-MiniLM-L6-v2, small talk checked in --embed-model's; gguf: "
+                         "--embed-model's alone, the choice before 2026-12-06)")
     ap.add_argument("--embed-model", default=None,
-                    help="the GGUF whose embeddings choose the tool (default: --model itself; "
-                         "'smollm2': the bundled SmolLM2-135M)")
+                    help="the GGUF of the PromptEOL embeddings (implies --embedder gguf; "
+                         "default: the bundled SmolLM2-135M; 'smollm2': the same, by name)")
     ap.add_argument("--items", default=None,
                     help="labelled utterances, TOOL[|TOOL]<TAB>words or none<TAB>words a line "
                          "(default: the 38 built-in items; bench/data/decisions_blind.tsv: 185 written blind)")
@@ -410,11 +415,13 @@ if __name__ == "__main__":
     if embed == "smollm2":
         from rejoinder.adapters.llama_llm import smollm2_model_path
         embed = str(smollm2_model_path())
-    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format, embed, a.items))
+    out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format, embed,
+                           a.items, a.embedder))
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        print_table(out["designs"], out["agent"], f"{out['model']}, {out['chat_format']} format")
+        print_table(out["designs"], out["agent"],
+                    f"{out['model']}, {out['chat_format']} format, {out['embedder']} embeddings")
         cost = out["decision_cost"]
         if cost:
             c = cost["first_delta_ms_p50"]

@@ -122,6 +122,24 @@ def choose_threshold(points: Sequence[Scored], max_spurious: float = 0.05) -> Ca
     return Calibration(t, right, spurious, len(pos), len(neg), tuple(points))
 
 
+
+def _memoised(embed: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``embed`` with each text embedded once for all the leave-one-out matchers (through
+    ``embed.examples`` when it has it: the vectors kept on disk, :mod:`.adapters._embedcache`),
+    keeping the embedding's own template (None: the words alone)."""
+    from .adapters._which import EMBED_TEMPLATE
+
+    vectors: dict[str, Any] = {}
+    many = getattr(embed, "examples", None)
+
+    def embedded(text: str) -> Any:
+        if text not in vectors:
+            vectors[text] = many([text])[0] if many is not None else embed(text)
+        return vectors[text]
+
+    embedded.template = getattr(embed, "template", EMBED_TEMPLATE)  # type: ignore[attr-defined]
+    return embedded
+
 def labelled(agent: Agent) -> list[tuple[str, str | None]]:
     """The agent's calibration utterances: (utterance, tool name or None)."""
     from .adapters._gate import DEFAULT_TALK_EXAMPLES
@@ -146,7 +164,7 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         ConfigError: the agent has no tools, or no examples (see :func:`choose_threshold`).
     """
     from .adapters._gate import DEFAULT_TALK_EXAMPLES, LabelGate
-    from .adapters._which import ExampleMatcher
+    from .adapters._which import paired_matcher
 
     tools = tuple(t.schema for t in agent.tools.values())
     if not tools:
@@ -155,14 +173,9 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
     engine = getattr(llm, "engine", None)
     decides = getattr(engine, "tool_mode", None) == "gate"
     embed = engine.embed if decides and engine.which == "examples" else None
-    vectors: dict[str, Any] = {}
-
-    many = getattr(embed, "examples", None)  # the examples' vectors kept on disk (_embedcache)
-
-    def embedded(text: str) -> Any:  # each example is embedded once for all the matchers
-        if text not in vectors:
-            vectors[text] = many([text])[0] if many is not None else embed(text)
-        return vectors[text]
+    embedded = _memoised(embed) if embed is not None else None
+    check = getattr(engine, "check_embed", None) if embed is not None else None
+    checked = _memoised(check) if check is not None else None
 
     points: list[Scored] = []
     for say, label in labelled(agent):
@@ -171,7 +184,7 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         messages = (ChatMessage("assistant", opening), ChatMessage("user", say))
         request = (LLMRequest(messages, tools=kept, tool_threshold=-math.inf)
                    if decides else None)
-        matcher = ((lambda k=kept, tk=talk_kept: ExampleMatcher(embedded, k, tk))
+        matcher = ((lambda k=kept, tk=talk_kept: paired_matcher(embedded, checked, k, tk))
                    if embed is not None and any(t.examples for t in kept) else None)
         s, decision = on_model_thread("llama", _score, llm, gate, messages, request, matcher)
         # a question for a missing argument ("what's the order number?") picked its tool

@@ -99,7 +99,7 @@ def test_the_real_models_vectors_come_back_bit_for_bit(tmp_path):
     pytest.importorskip("llama_cpp")
     from rejoinder.adapters.llama_llm import LlamaLLM
     llm = LlamaLLM(n_ctx=512)
-    emb = llm.engine.embed
+    emb = llm.engine.check_embed  # SmolLM2's PromptEOL space (MiniLM chooses the tool)
     assert isinstance(emb, CachedEmbedding)
     texts = [EMBED_TEMPLATE.format(t) for t in ("Where is my order?", "Can I talk to a person?")]
     fresh = CachedEmbedding(llm._embed, "smollm2", tmp_path)

@@ -49,7 +49,11 @@ def test_describe_models():
     d = describe_models(StackConfig(tts="espeak"))
     assert set(d) == {"vad", "turn", "stt", "llm", "tts"}
     for kind in ("vad", "turn", "stt", "llm"):
-        (f,) = d[kind]["files"]
-        assert len(f["sha256"]) == 64 and f["bytes"] > 0
-        assert file_sha256(f["path"]) == f["sha256"]
+        # the LLM's GGUF, then the tool chooser's MiniLM model and tokenizer
+        files = d[kind]["files"]
+        assert len(files) == (3 if kind == "llm" else 1)
+        for f in files:
+            assert len(f["sha256"]) == 64 and f["bytes"] > 0
+            assert file_sha256(f["path"]) == f["sha256"]
+    assert d["llm"]["sha256"] == d["llm"]["files"][0]["sha256"] and d["llm"]["embedder"] == "minilm"
     assert d["tts"]["files"] == [] and d["tts"]["license"] == "GPL-3.0"

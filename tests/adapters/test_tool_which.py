@@ -4,13 +4,14 @@ agent's tools, where the label ranking picks the wrong tool for a request for a 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from rejoinder.adapters._which import (EMBED_TEMPLATE, TALK, ExampleMatcher, clear_pick,
-                                      said_pick)
+from rejoinder.adapters._which import (EMBED_TEMPLATE, TALK, ExampleMatcher, TalkCheckedMatcher,
+                                      clear_pick, paired_matcher, said_pick)
 from rejoinder.app.support import agent as support
 from rejoinder.errors import ConfigError
 from rejoinder.ports import ChatMessage, LLMRequest, ToolCall, ToolDecision, ToolSchema
@@ -42,6 +43,29 @@ def test_the_nearest_example_wins_in_the_centred_space():
     assert all(-1.0 - 1e-9 <= s <= 1.0 + 1e-9 for s in sims.values())
     # only the allowed tools are candidates
     assert m.choose("my order", ["transfer_to_human"])[0] == "transfer_to_human"
+
+
+def test_a_second_space_that_hears_small_talk_vetoes_the_call_but_never_picks_the_tool():
+    """:class:`TalkCheckedMatcher`: the tool is the first space's; either space's small-talk
+    verdict is talk. The second space here hears "please please" as a greeting."""
+    def polite(text: str) -> np.ndarray:
+        return _bag("hello" if "please please" in text.lower() else text)
+
+    talk = ("hello there", "hello again")
+    names = ["lookup_order", "transfer_to_human"]
+    which = ExampleMatcher(_bag, TOOLS, talk)
+    m = paired_matcher(_bag, polite, TOOLS, talk)
+    assert isinstance(m, TalkCheckedMatcher)
+    assert type(paired_matcher(_bag, None, TOOLS, talk)) is ExampleMatcher
+    # both spaces: a tool; the first space's choice and similarities
+    assert m.choose("a person", names, talk=True) == which.choose("a person", names, talk=True)
+    # the second space hears small talk: no call, the similarities still the first space's
+    tool, sims = m.choose("please please, a person", names, talk=True)
+    assert which.choose("please please, a person", names, talk=True)[0] == "transfer_to_human"
+    assert tool is None and sims == which.choose("please please, a person", names, talk=True)[1]
+    # without small talk competing the second space is not asked
+    assert m.choose("please please, a person", names)[0] == "transfer_to_human"
+    assert m.covers(names) and not m.covers(["note"])
 
 
 def test_small_talk_nearer_than_every_tool_vetoes_the_call():
@@ -197,11 +221,25 @@ def test_a_request_for_a_person_is_a_transfer_by_its_examples_and_grounded_label
     assert max(by_examples.similarity, key=by_examples.similarity.get) == "transfer_to_human"
 
 
+@contextmanager
+def _smollm2_space(llm):
+    """Decide in SmolLM2-135M's PromptEOL space alone (``embedder="gguf"``), as before
+    2026-12-06."""
+    engine = llm.engine
+    saved = engine.embed, engine.check_embed
+    engine.embed, engine.check_embed = llm.gguf_embedding(), None
+    try:
+        yield engine
+    finally:
+        engine.embed, engine.check_embed = saved
+
+
 def test_a_weekday_and_time_said_make_it_a_move_not_the_nearest_listing(llama_llm):
     """Among the support agent's first examples (:data:`FIRST`), SmolLM2-135M's nearest example
     of "Quick one, can the consultation be on Thursday at noon?" is a listing's, 0.021 nearer
     than a move's; the weekday and time said are the move's typed arguments (a wording written
-    for this test). With all of today's examples the nearest is a move's already."""
+    for this test). With all of today's examples the nearest is a move's already, and in
+    MiniLM's space (the default) it is a move's with the first examples too."""
     engine = llama_llm.engine
     assert engine.decide(_request("Quick one, can the consultation be on Thursday at noon?")
                          ).chosen == "reschedule_appointment"
@@ -209,12 +247,15 @@ def test_a_weekday_and_time_said_make_it_a_move_not_the_nearest_listing(llama_ll
     lead = engine.argument_lead
     try:
         engine.argument_lead = 0.0
-        nearest = engine.decide(req)
-        engine.argument_lead = 0.15
-        said = engine.decide(req)
+        minilm = engine.decide(req)
+        with _smollm2_space(llama_llm):
+            nearest = engine.decide(req)
+            engine.argument_lead = 0.15
+            said = engine.decide(req)
     finally:
         engine.argument_lead = lead
     assert lead == 0.15
+    assert (minilm.which, minilm.chosen) == ("examples", "reschedule_appointment")
     assert nearest.which == "examples" and nearest.chosen == "list_appointments"
     assert said.chosen == "reschedule_appointment"
     assert said.margin == pytest.approx(nearest.margin) and said.margin >= said.threshold
@@ -224,13 +265,13 @@ def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_
     engine = llama_llm.engine
     assert llama_llm.tool_which == "examples" and engine.which == "examples"  # SmolLM2's default
     seen: list[str] = []
-    embed, which = engine.embed, engine.which
+    embed, check, which = engine.embed, engine.check_embed, engine.which
 
     def counted(text: str):
         seen.append(text)
-        return embed(text)
-    try:
-        engine.embed, engine.which = counted, "labels"
+        return check(text)
+    try:  # (a confirmation is judged in the check space, SmolLM2's, when there is one)
+        engine.embed, engine.check_embed, engine.which = counted, counted, "labels"
         asked = engine.decide(_request("Is there a human I can speak to?"))
         assert asked.chosen is not None and asked.which in ("labels", "grounding")
         assert asked.similarity is None and seen == []  # no forward pass of the embedding
@@ -244,7 +285,7 @@ def test_labels_mode_skips_the_embedding_but_a_confirmation_still_uses_it(llama_
                              talk_examples=tuple(support.llm.talk_examples))
         answered = engine.decide(confirm)
     finally:
-        engine.embed, engine.which = embed, which
+        engine.embed, engine.check_embed, engine.which = embed, check, which
     assert answered.which == "confirm" and answered.chosen == "cancel_appointment"
     assert EMBED_TEMPLATE.format("I'm certain, cancel it.") in seen
 
@@ -282,7 +323,9 @@ def test_a_transfer_without_a_clear_lead_is_set_aside_with_the_real_model(llama_
         engine.irreversible_margin = margin
     assert margin == 0.05 and lead >= margin
     assert (clear.chosen, clear.which, clear.set_aside) == ("transfer_to_human", "examples", ())
-    assert unclear.chosen != "transfer_to_human" and unclear.set_aside == ("transfer_to_human",)
+    # (in MiniLM's space end_call lies next, within the raised margin too: set aside after it)
+    assert unclear.chosen != "transfer_to_human" and unclear.set_aside[0] == "transfer_to_human"
+    assert set(unclear.set_aside) <= {"transfer_to_human", "end_call"}
     assert "set_aside" in unclear.as_dict() and unclear.margin == pytest.approx(clear.margin)
 
 

@@ -11,8 +11,8 @@ and a withheld tool's cue (``LLMRequest.withheld``). Each rule's source and meas
 in its docstring or comment; the resulting :class:`~rejoinder.ports.ToolDecision` names the rule
 that decided (``which``).
 
-The mixin uses the engine's attributes: ``_llm``, ``embed``, ``which``, ``talk_veto``,
-``irreversible_margin``, ``argument_lead``, ``ground_arguments``, ``ask_missing``,
+The mixin uses the engine's attributes: ``_llm``, ``embed``, ``check_embed``, ``which``,
+``talk_veto``, ``irreversible_margin``, ``argument_lead``, ``ground_arguments``, ``ask_missing``,
 ``tool_threshold``, ``threshold_source``, ``_gates``, ``_matchers``, and its methods
 ``fit_threads``, ``gates``, ``_caller_said`` and ``_caller_before``.
 """
@@ -26,7 +26,8 @@ from ._ask import missing_arguments
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
 from ._toolcall import groundable, value_alone
 from ._yesno import answer_polarity
-from ._which import CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher, clear_pick, said_pick
+from ._which import (CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher, TalkCheckedMatcher, clear_pick,
+                     paired_matcher, said_pick)
 
 
 class DecideStep:
@@ -93,7 +94,7 @@ class DecideStep:
         return self.tool_threshold, self.threshold_source
 
     def decide(self, request: LLMRequest, gate: LabelGate | None = None,
-               matcher: ExampleMatcher | None = None) -> ToolDecision:
+               matcher: ExampleMatcher | TalkCheckedMatcher | None = None) -> ToolDecision:
         """The gate's talk-or-call decision for ``request`` (its last message: the caller's).
         Uses the model's context freely: a caller that keeps conversations' KV states swaps the
         conversation out first (``LlamaLLM`` does, under the gate's own cache key). ``gate``
@@ -173,17 +174,22 @@ class DecideStep:
 
     def confirm_matcher(self, tool: str) -> ExampleMatcher:
         """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of
-        :data:`CONFIRM_YES` (the tool) and :data:`CONFIRM_NO` (talk) in the same embeddings.
+        :data:`CONFIRM_YES` (the tool) and :data:`CONFIRM_NO` (talk) in ``check_embed``'s space
+        when the engine has one (SmolLM2's PromptEOL, as measured in the suites before MiniLM
+        chose the tools), else ``embed``'s. Neither space is good at it: on 12 answers written
+        for a probe (2026-12-06) SmolLM2's said yes to 3 that meant no ("Please do not."),
+        MiniLM's to 1, and no to 0 and 3 that meant yes ("Go ahead and cancel.").
 
         Only for an answer that opens with neither (:meth:`answer_decision`). Adding the tool's
         own examples to the yes side was tried: "Please cancel it." then confirmed, but three of
         seven no answers without a no lead ("I'll come after all.") did too, against two
         without them (SmolLM2-135M, 2026-12-06), and a wrong yes here cannot be undone."""
-        key = (("(confirm)", tool),)
+        embed = self.check_embed or self.embed
+        key = (("(confirm)", tool), embed)  # (another embedding: another matcher)
         matcher = self._matchers.get(key)
         if matcher is None:
             schema = ToolSchema(tool, "", {"type": "object", "properties": {}}, CONFIRM_YES)
-            matcher = ExampleMatcher(self.embed, [schema], CONFIRM_NO)
+            matcher = ExampleMatcher(embed, [schema], CONFIRM_NO)
             self._matchers[key] = matcher
         return matcher
 
@@ -208,14 +214,18 @@ class DecideStep:
         return out
 
     def matcher_for(self, tools: tuple[ToolSchema, ...],
-                    talk_examples: tuple[str, ...] = ()) -> ExampleMatcher | None:
-        """The nearest-example tool chooser of ``tools`` (None without ``embed`` or examples)."""
+                    talk_examples: tuple[str, ...] = ()
+                    ) -> ExampleMatcher | TalkCheckedMatcher | None:
+        """The nearest-example tool chooser of ``tools`` (None without ``embed`` or examples),
+        its small-talk verdict checked in ``check_embed``'s space when the engine has one."""
         if self.embed is None or self.which == "labels" or not any(t.examples for t in tools):
             return None
-        key = (tuple((t.name, t.examples) for t in tools), talk_examples)
+        key = (tuple((t.name, t.examples) for t in tools), talk_examples, self.embed,
+               self.check_embed)
         matcher = self._matchers.get(key)
         if matcher is None:
-            matcher = ExampleMatcher(self.embed, tools, DEFAULT_TALK_EXAMPLES + tuple(talk_examples))
+            matcher = paired_matcher(self.embed, self.check_embed, tools,
+                                     DEFAULT_TALK_EXAMPLES + tuple(talk_examples))
             self._matchers[key] = matcher
             if len(self._matchers) > 32:
                 self._matchers.popitem(last=False)

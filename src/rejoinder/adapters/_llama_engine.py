@@ -83,7 +83,8 @@ class ChatEngine(ScopeStep, DecideStep):
       (:class:`._gate.LabelGate`: label likelihoods in a narrow few-shot prompt of the tools'
       examples, contextually calibrated) decides talk or call and which tool, against
       ``request.tool_threshold`` or, without one, ``tool_threshold`` (the model's calibration).
-      With ``embed`` (a sentence-embedding function, of ``embed_model``) and ``tool_which``
+      With ``embed`` (a sentence-embedding function: MiniLM, or a GGUF's; ``check_embed``, a
+      second one, may veto a call as small talk and judges confirmations) and ``tool_which``
       ``"examples"`` (default), *which* tool is the one whose example is nearest the caller's
       words (:mod:`._which`) when every allowed tool has examples; otherwise (or with
       ``"labels"``) the best label. A yes/no answer to a confirmation question is judged with
@@ -141,7 +142,8 @@ class ChatEngine(ScopeStep, DecideStep):
                  max_tool_calls: int = 1, tool_call_tokens: int = 128,
                  tool_threshold: float = 0.0, threshold_source: str = "default",
                  chat_format: ChatFormat | str | None = None, ground_arguments: bool = True,
-                 no_echo: bool = True, embed: Any = None, grounded_replies: bool = True,
+                 no_echo: bool = True, embed: Any = None, check_embed: Any = None,
+                 grounded_replies: bool = True,
                  talk_veto: bool = True, tools_in_prompt: bool | None = None,
                  facts_first: bool = True, tool_which: str = "examples",
                  ask_missing: bool = True, irreversible_margin: float = IRREVERSIBLE_MARGIN,
@@ -182,7 +184,10 @@ class ChatEngine(ScopeStep, DecideStep):
         self.talk_veto = talk_veto
         self.tools_in_prompt = tools_in_prompt  # None: decided by the tool mode in use
         self.embed = embed
-        self._matchers: OrderedDict[tuple, ExampleMatcher] = OrderedDict()
+        #: a second embedding (or None) whose small-talk verdict can veto a call and that
+        #: judges a yes or no answer (:class:`._which.TalkCheckedMatcher`)
+        self.check_embed = check_embed
+        self._matchers: OrderedDict[tuple, Any] = OrderedDict()
         self._eog: list[int] | None = None
         self._threads: tuple[int, int] | None = None  # (configured decode, batch) threads
         self._set: tuple[int, int] | None = None  # (decode, batch) threads set now (None: configured)

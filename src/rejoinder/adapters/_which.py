@@ -1,19 +1,20 @@
 """*Which* tool, once the gate has decided to call one: the nearest tool example in a sentence-
-embedding space (by default the bundled SmolLM2-135M's, whatever the chat model).
+embedding space, whatever the chat model: all-MiniLM-L6-v2's by default (:mod:`.minilm_embed`),
+or a GGUF's PromptEOL embeddings (the bundled SmolLM2-135M's unless ``embed_model`` names another).
 
 The label gate (:mod:`._gate`) decides *whether* to call well (its margin is calibrated), but a
 135M model's label likelihoods tell the tools apart poorly: on SmolLM2-135M the support agent's
 "Can I talk to a human?" scores ``reschedule appointment`` above ``transfer to human``, and its
 own calibration examples are labelled right 35 % of the time leave-one-out. The tools'
-``examples`` carry the distinction more directly: each caller message is embedded by a GGUF
-(``embed_model``: a second llama.cpp context with ``embedding=True``), the embeddings are
+``examples`` carry the distinction more directly: each caller message is embedded (by MiniLM, or
+by a GGUF: ``embed_model``, a second llama.cpp context with ``embedding=True``), the embeddings are
 centred on the mean of every example (tools' and small talk's, which removes the direction all
 short utterances share) and the tool whose closest example has the highest cosine similarity is
 called (a nearest-neighbour few-shot classifier; cf. prototype and k-NN classification over
 pretrained sentence representations, e.g. Snell et al., "Prototypical Networks for Few-shot
 Learning", NeurIPS 2017).
 
-The sentence embedding is *PromptEOL* (Jiang et al., "Scaling Sentence Embeddings with Large
+A GGUF's sentence embedding is *PromptEOL* (Jiang et al., "Scaling Sentence Embeddings with Large
 Language Models", 2023): the message is put in the template :data:`EMBED_TEMPLATE`
 (``This sentence : "…" means in one word:"``) and the hidden state of the last token is the
 embedding (llama.cpp's ``LLAMA_POOLING_TYPE_LAST``), so the model condenses the message into what
@@ -114,8 +115,9 @@ def clear_pick(sims: dict[str, float], irreversible: Collection[str],
     return None, tuple(aside)
 
 
-def _templated(text: str) -> str:
-    return EMBED_TEMPLATE.format(" ".join(text.split()))
+def _templated(text: str, template: str | None = EMBED_TEMPLATE) -> str:
+    words = " ".join(text.split())
+    return words if template is None else template.format(words)
 
 
 class ExampleMatcher:
@@ -126,6 +128,8 @@ class ExampleMatcher:
             :data:`EMBED_TEMPLATE` filled in; last-token pooling; blocking). With an
             ``examples(texts) -> vectors`` method as well, the examples are embedded through it
             (:class:`._embedcache.CachedEmbedding`) and the caller's words through the call.
+            An ``embed`` whose ``template`` attribute is None is given the words alone
+            (:class:`.minilm_embed.MiniLMEmbedding`); a string there replaces the template.
         tools: the agent's tools with their ``examples``.
         talk_examples: small talk, used only to centre the space.
 
@@ -136,6 +140,7 @@ class ExampleMatcher:
     def __init__(self, embed: Callable[[str], Any], tools: Sequence[ToolSchema],
                  talk_examples: Sequence[str] = ()) -> None:
         self._embed = embed
+        self._template: str | None = getattr(embed, "template", EMBED_TEMPLATE)
         self.tools = {t.name: tuple(t.examples) for t in tools}
         if not any(self.tools.values()):
             raise ValueError("no tool has examples to match against")
@@ -158,10 +163,10 @@ class ExampleMatcher:
         many = getattr(self._embed, "examples", None)
         if many is None:
             return [self._unit(x) for x in texts]
-        return [self._norm(v) for v in many([_templated(x) for x in texts])]
+        return [self._norm(v) for v in many([_templated(x, self._template) for x in texts])]
 
     def _unit(self, text: str) -> np.ndarray:
-        return self._norm(self._embed(_templated(text)))
+        return self._norm(self._embed(_templated(text, self._template)))
 
     @staticmethod
     def _norm(vec: Any) -> np.ndarray:
@@ -206,3 +211,49 @@ class ExampleMatcher:
             if sims[TALK] > sims[best]:
                 return None, sims
         return best, sims
+
+
+class TalkCheckedMatcher:
+    """An :class:`ExampleMatcher` (``which``: the tool, in the space that tells requests apart
+    best) whose small-talk verdict a second one (``talk``: same tools and small talk, another
+    embedding) can overrule: with ``talk=True`` no tool is chosen when *either* space puts a
+    small-talk example nearest. Same interface as :class:`ExampleMatcher`.
+
+    Why (2026-12-06, the support agent's examples, ``bench/data/decisions_blind.tsv``, the nearest
+    example alone, 123 tool and 62 small-talk utterances written blind): all-MiniLM-L6-v2 picked
+    the right tool for 103 (SmolLM2-135M's PromptEOL space: 84) but kept 33 small-talk utterances
+    as talk (SmolLM2's: 45); MiniLM choosing and either space's talk verdict: 93 and 49. In calls
+    the difference showed: MiniLM alone took the unread suites from 74 to 69 of 112 calls with
+    tool calls on small talk 7 → 14 of 64 turns (run ``20261206-213919-b5df``), seven of the
+    failed checks an unwanted ``transfer_to_human``. Acting only when both agree is the
+    conservative combination of two classifiers (a call can be wrong in ways a reply cannot)."""
+
+    def __init__(self, which: ExampleMatcher, talk: ExampleMatcher) -> None:
+        self.which, self.talk = which, talk
+        self.tools = which.tools
+
+    def covers(self, names: Sequence[str]) -> bool:
+        return self.which.covers(names)
+
+    def similarities(self, text: str, names: Sequence[str]) -> dict[str, float]:
+        return self.which.similarities(text, names)
+
+    def choose(self, text: str, names: Sequence[str],
+               talk: bool = False) -> tuple[str | None, dict[str, float]]:
+        """As :meth:`ExampleMatcher.choose` in ``which``'s space; with ``talk``, None also when
+        ``talk``'s space has a small-talk example nearest (the similarities stay ``which``'s)."""
+        best, sims = self.which.choose(text, names, talk=talk)
+        if talk and best is not None and self.talk.choose(text, names, talk=True)[0] is None:
+            return None, sims
+        return best, sims
+
+
+def paired_matcher(embed: Callable[[str], Any], check_embed: Callable[[str], Any] | None,
+                   tools: Sequence[ToolSchema], talk_examples: Sequence[str]
+                   ) -> ExampleMatcher | TalkCheckedMatcher:
+    """The tool chooser of ``tools`` in ``embed``'s space, its small-talk verdict checked in
+    ``check_embed``'s when given (:class:`TalkCheckedMatcher`)."""
+    which = ExampleMatcher(embed, tools, talk_examples)
+    if check_embed is None:
+        return which
+    return TalkCheckedMatcher(which, ExampleMatcher(check_embed, tools, talk_examples))

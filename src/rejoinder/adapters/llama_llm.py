@@ -25,6 +25,7 @@ from ._which import ARGUMENT_LEAD, IRREVERSIBLE_MARGIN, WHICH_MODES
 from ._gate import CALIBRATED
 from ._llama_engine import ChatEngine, RequestStats, llama_format
 from ._paths import model_file
+from .minilm_embed import MiniLMEmbedding, minilm_paths
 from ._toolcall import (DEFAULT_SYSTEM, DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT,
                         render_prompt)
 
@@ -56,6 +57,9 @@ def reading_prior_ms(n_params: int) -> float:
     :attr:`LlamaLLM.READING_PRIOR_MS` (SmolLM2-135M's, measured) times ``n_params`` over
     SmolLM2-135M's, never less (prefill, most of that wait, is compute bound)."""
     return LlamaLLM.READING_PRIOR_MS * max(1.0, n_params / SMOLLM2_PARAMS)
+
+#: the tool chooser's embedding spaces (``LlamaLLM(embedder=…)``)
+EMBEDDERS = ("minilm", "gguf")
 
 
 def smollm2_model_path() -> Path:
@@ -149,9 +153,14 @@ class LlamaLLM:
             every tool mode but ``"gate"``, whose gate has a prompt of its own; see ChatEngine).
         max_tool_calls: most calls in one assistant message (default 1).
         tool_call_tokens: least token budget of a tool call (default 128).
-        embed_model: the GGUF whose sentence embeddings choose the tool and judge a
-            confirmation (:mod:`._which`). Default: the bundled SmolLM2-135M when installed,
-            else ``model_path``. The embedding is a forward pass over the caller's words on
+        embedder: the sentence embeddings that choose the tool (:mod:`._which`):
+            ``"minilm"`` (default: all-MiniLM-L6-v2, int8 ONNX, :mod:`.minilm_embed`; a call
+            goes out only when ``embed_model``'s PromptEOL space does not put small talk
+            nearest either, and confirmations are judged there,
+            :class:`._which.TalkCheckedMatcher`) or ``"gguf"`` (``embed_model``'s space alone,
+            the choice before 2026-12-06). An ``embed_model`` given implies ``"gguf"``.
+        embed_model: with ``embedder="gguf"``, the GGUF whose sentence embeddings choose the
+            tool. Default: the bundled SmolLM2-135M when installed, else ``model_path``. The embedding is a forward pass over the caller's words on
             every call decision, so a small model keeps the decision cheap under a large chat
             model; SmolLM2's PromptEOL embeddings are the ones :mod:`._which` measured.
             Qwen2.5-Coder-1.5B with them: right tool 96.6 % on ``bench/tool_choice.py``
@@ -189,13 +198,16 @@ class LlamaLLM:
                  tool_threshold: float | None = None, chat_format: str = "auto",
                  tool_which: str = "examples", grounded_replies: bool = True,
                  facts_first: bool = True, tools_in_prompt: bool | None = None,
-                 embed_model: str | Path | None = None, ask_missing: bool = True,
+                 embed_model: str | Path | None = None, embedder: str = "minilm",
+                 ask_missing: bool = True,
                  irreversible_margin: float = IRREVERSIBLE_MARGIN,
                  argument_lead: float = ARGUMENT_LEAD) -> None:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise MissingExtra("llama-cpp-python", "llama-cpp-python==0.3.36") from exc
+        if embedder not in EMBEDDERS:
+            raise ConfigError(f"embedder must be one of {', '.join(EMBEDDERS)}, not {embedder!r}")
         if tool_which not in WHICH_MODES:
             raise ConfigError(f"tool_which must be one of {', '.join(WHICH_MODES)}, "
                               f"not {tool_which!r}")
@@ -224,12 +236,19 @@ class LlamaLLM:
                            else _default_embed_model(self.model_path))
         if embed_model:
             check_model(self.embed_path, "auto")
+        #: "minilm" or "gguf" (see ``embedder``); the chosen tool's embedding space
+        self.embedder = "gguf" if embed_model else embedder
+        if self.embedder == "minilm":
+            minilm_paths()  # a missing or altered package fails here, not at the first call
         self.engine = ChatEngine(self._llm, seed=seed, tool_prompt=tool_prompt,
                                  tool_result_prompt=tool_result_prompt, tool_mode=tool_mode,
                                  max_tool_calls=max_tool_calls, tool_call_tokens=tool_call_tokens,
                                  tool_threshold=threshold, threshold_source=source,
                                  chat_format=llama_format(self._llm, chat_format),
-                                 embed=self._embedding(), tool_which=self.tool_which,
+                                 embed=self._embedding(),
+                                 check_embed=(self.gguf_embedding() if self.embedder == "minilm"
+                                              else None),
+                                 tool_which=self.tool_which,
                                  grounded_replies=grounded_replies, facts_first=facts_first,
                                  tools_in_prompt=tools_in_prompt, ask_missing=ask_missing,
                                  irreversible_margin=irreversible_margin,
@@ -241,8 +260,16 @@ class LlamaLLM:
         self._lock = threading.Lock()
 
     def _embedding(self) -> Any:
-        """:meth:`_embed`, with the examples' vectors kept on disk between processes
+        """The tool chooser's embedding function: MiniLM's (:mod:`.minilm_embed`), or
+        :meth:`_embed` with the examples' vectors kept on disk between processes
         (:mod:`._embedcache`; plain :meth:`_embed` when the model file cannot be stat'ed)."""
+        if self.embedder == "minilm":
+            return MiniLMEmbedding(threads=1)
+        return self.gguf_embedding()
+
+    def gguf_embedding(self) -> Any:
+        """``embed_model``'s PromptEOL embedding function (``embedder="gguf"``'s; the examples'
+        vectors kept on disk, :mod:`._embedcache`; its llama.cpp context opens on first use)."""
         import llama_cpp
 
         from ._embedcache import CachedEmbedding, model_identity

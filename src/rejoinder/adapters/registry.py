@@ -53,7 +53,8 @@ class LlamaOptions(BaseModel):
     irreversible_margin: float = Field(0.05, ge=0)  # clear lead for hang-up/transfer (_which)
     argument_lead: float = Field(0.15, ge=0)  # lead over a tool whose typed arguments were said
     tools_in_prompt: bool | None = None  # list the tools in the prompt (None: not in gate mode)
-    embed_model: str | None = None  # GGUF of the tool chooser's embeddings (None: model_path)
+    embedder: Literal["minilm", "gguf"] = "minilm"  # the tool chooser's embeddings (minilm_embed)
+    embed_model: str | None = None  # GGUF of those embeddings (implies embedder gguf)
     max_tool_calls: int = Field(1, ge=1)
     tool_call_tokens: int = Field(128, ge=16)
     cache_mb: int = Field(512, ge=0)
@@ -332,12 +333,16 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
         folder = _cls("whisper_stt", "prepare_whisper_model")()
         return "whisper-base (CTranslate2 int8)", [folder / "model.bin"], "MIT"
     if kind == "llm" and name in LLAMA_ADAPTERS:
-        # the chat model's GGUF, then the tool chooser's embedding GGUF when it is another file
+        # the chat model's GGUF, then the tool chooser's embedding model: MiniLM's ONNX and
+        # tokenizer, or a GGUF when it is another file
         p = (Path(cfg.llama.model_path).expanduser() if cfg.llama.model_path
              else _cls("llama_llm", "smollm2_model_path")())
-        emb = (Path(cfg.llama.embed_model).expanduser() if cfg.llama.embed_model
-               else _cls("llama_llm", "_default_embed_model")(p))
-        files = [p] + ([emb] if emb.resolve() != p.resolve() else [])
+        if cfg.llama.embedder == "minilm" and not cfg.llama.embed_model:
+            files = [p, *_cls("minilm_embed", "minilm_paths")()]
+        else:
+            emb = (Path(cfg.llama.embed_model).expanduser() if cfg.llama.embed_model
+                   else _cls("llama_llm", "_default_embed_model")(p))
+            files = [p] + ([emb] if emb.resolve() != p.resolve() else [])
         if not cfg.llama.model_path:
             return p.stem, files, "Apache-2.0"
         meta = _cls("_chatformat", "read_gguf_metadata")(p)
@@ -355,8 +360,8 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
 
 def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]:
     """Per stage: ``{"adapter", "model", "license", "files": [{"path", "bytes", "sha256"}]}``;
-    the in-process llama.cpp LLM adds ``chat_format`` (smollm2, hermes, llama3) and its GGUF's
-    ``sha256``.
+    the in-process llama.cpp LLM adds ``chat_format`` (smollm2, hermes, llama3), its GGUF's
+    ``sha256`` and the tool chooser's ``embedder`` (minilm, gguf), whose files follow the GGUF's.
 
     Hashes are computed once per process (cached by path + mtime + size): a 1 GB GGUF takes
     seconds once, then nothing.
@@ -380,4 +385,5 @@ def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]
             out[kind]["chat_format"] = _cls("llama_llm", "check_model")(files[0],
                                                                         cfg.llama.chat_format)
             out[kind]["sha256"] = out[kind]["files"][0]["sha256"]
+            out[kind]["embedder"] = "gguf" if cfg.llama.embed_model else cfg.llama.embedder
     return out
