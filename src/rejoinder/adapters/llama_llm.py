@@ -159,10 +159,12 @@ class LlamaLLM:
             nearest either, and confirmations are judged there,
             :class:`._which.TalkCheckedMatcher`) or ``"gguf"`` (``embed_model``'s space alone,
             the choice before 2026-12-06). An ``embed_model`` given implies ``"gguf"``.
-        embed_model: with ``embedder="gguf"``, the GGUF whose sentence embeddings choose the
-            tool. Default: the bundled SmolLM2-135M when installed, else ``model_path``. The embedding is a forward pass over the caller's words on
-            every call decision, so a small model keeps the decision cheap under a large chat
-            model; SmolLM2's PromptEOL embeddings are the ones :mod:`._which` measured.
+        embed_model: the GGUF of the PromptEOL embeddings (with ``embedder="gguf"`` they choose
+            the tool; with ``"minilm"`` they check small talk and judge confirmations).
+            Default: the bundled SmolLM2-135M when installed, else ``model_path``. The
+            embedding is a forward pass over the caller's words on every call decision, so a
+            small model keeps the decision cheap under a large chat model; SmolLM2's PromptEOL
+            embeddings are the ones :mod:`._which` measured.
             Qwen2.5-Coder-1.5B with them: right tool 96.6 % on ``bench/tool_choice.py``
             against 93.1 % with its own (2026-12-04).
         cache_mb: budget of saved conversation KV states in MiB (default 512, ≈23 k tokens).
@@ -260,16 +262,16 @@ class LlamaLLM:
         self._lock = threading.Lock()
 
     def _embedding(self) -> Any:
-        """The tool chooser's embedding function: MiniLM's (:mod:`.minilm_embed`), or
-        :meth:`_embed` with the examples' vectors kept on disk between processes
-        (:mod:`._embedcache`; plain :meth:`_embed` when the model file cannot be stat'ed)."""
+        """The tool chooser's embedding function: MiniLM's (:mod:`.minilm_embed`), or with
+        ``embedder="gguf"`` :meth:`gguf_embedding`."""
         if self.embedder == "minilm":
             return MiniLMEmbedding(threads=1)
         return self.gguf_embedding()
 
     def gguf_embedding(self) -> Any:
-        """``embed_model``'s PromptEOL embedding function (``embedder="gguf"``'s; the examples'
-        vectors kept on disk, :mod:`._embedcache`; its llama.cpp context opens on first use)."""
+        """``embed_model``'s PromptEOL embedding function: :meth:`_embed` with the examples'
+        vectors kept on disk between processes (:mod:`._embedcache`; plain :meth:`_embed` when
+        the model file cannot be stat'ed). Its llama.cpp context opens on first use."""
         import llama_cpp
 
         from ._embedcache import CachedEmbedding, model_identity
