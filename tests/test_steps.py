@@ -413,7 +413,10 @@ def test_end_call_is_offered_only_on_a_closing():
 
     for said in ("Perfect, that works for me.", "Cheers, that's a big help.", "Thank you.",
                  "Great stuff! Thanks for juggling that around.", "Lovely weather today.",
-                 "That was a good buy.", "Hi, it's Tara here."):
+                 "That was a good buy.", "Hi, it's Tara here.",
+                 # "that's all" as in "all right" (the fresh suite's request for a person
+                 # went to end_call, run 20261207-001617-eb14)
+                 "I'd sooner talk to one of your staff, if that's all right."):
         assert offered(said) == (("lookup_order",), ("end_call",)), said
     for said in ("Goodbye.", "Okay, I'll sit tight then. Take care now.", "SEE YOU THEN.",
                  "No, that's everything from me.", "Anyway, have a lovely evening.",

@@ -48,13 +48,14 @@ END_CALL_EXAMPLES = ("That's all I needed, bye.", "No, nothing else. Goodbye!",
 #: blind on 2026-12-06 by a helper who read nothing of the project, it matched 22; of the six
 #: misses, the farewells "ta-ra", "hooroo" and "catch you later" were added (24 of 28 now, no
 #: longer blind). The recogniser's "good buy", "thanks bi" and "that's ever thing" stay out:
-#: "That was a good buy." is an acknowledgement.
+#: "That was a good buy." is an acknowledgement. "That's all" is no closing before "right"
+#: ("…with a member of your team, if that's all right." hung up, 2026-12-07, fresh suite).
 #: English; pass ``cue=None`` (or your own pattern) for another language.
 CLOSING_CUE = (r"\b(?:good[- ]?bye|bye|farewell|cheerio|ta[- ](?:ta|ra)|hooroo|take care"
                r"|see (?:you|ya)|catch (?:you|ya) (?:later|soon|then)"
                r"|talk (?:to you|soon|later)|speak (?:to you |soon|later)"
                r"|have a (?:good|nice|great|lovely|wonderful) (?:day|one|evening|night|weekend"
-               r"|afternoon|morning)|good ?night|that(?:'s| is|'ll be| will be) (?:all|it|everything)"
+               r"|afternoon|morning)|good ?night|that(?:'s| is|'ll be| will be) (?:all(?! right)|it|everything)"
                r"|nothing (?:else|more)|no (?:other|more|further) questions"
                r"|(?:i'm|i am) (?:done|all set|finished|off|good)|all set|covers it"
                r"|let you (?:go|get on)|hang(?:ing)? up|got what i need(?:ed)?)\b")
