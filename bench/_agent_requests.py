@@ -98,20 +98,26 @@ NO_CALL = "\n\nExamples:" + _calls(_CALL_EXAMPLES) + "".join(
 EXAMPLES = {"": "", "fewshot": FEW_SHOT, "fewcall": FEW_CALL, "nocall": NO_CALL}
 
 
-def variant(agent: Agent, examples: str = "", schemas: str = "declared", **llm: Any) -> Agent:
+def variant(agent: Agent, examples: str = "", schemas: str = "declared",
+            extra: dict[str, tuple[str, ...]] | None = None, **llm: Any) -> Agent:
     """``agent`` with ``examples`` appended to its instructions, each tool's schema reshaped by
-    :data:`SCHEMAS` ``[schemas]`` and ``llm`` over its LLM settings (e.g. ``history_turns``); the
-    tools and hooks are the agent's own.
+    :data:`SCHEMAS` ``[schemas]``, ``extra`` labelled utterances (tool name or ``"none"`` → words)
+    appended to the tools' ``examples`` and the talk examples, and ``llm`` over its LLM settings
+    (e.g. ``history_turns``); the tools and hooks are the agent's own.
 
     Raises:
         KeyError: an unknown ``schemas`` name.
     """
     shape = SCHEMAS[schemas]
+    extra = extra or {}
     tools = []
     for t in agent.tools.values():
         t2 = copy.copy(t)
-        t2.schema = ToolSchema(t.name, t.description, shape(t.schema.parameters), t.schema.examples)
+        t2.schema = ToolSchema(t.name, t.description, shape(t.schema.parameters),
+                               tuple(t.schema.examples) + tuple(extra.get(t.name, ())))
         tools.append(t2)
+    if extra.get("none"):
+        llm = {"talk_examples": [*agent.llm.talk_examples, *extra["none"]], **llm}
     return Agent(agent.instructions + examples, name=agent.name, greeting=agent.greeting,
                  tools=tools, llm=agent.llm.model_copy(update=llm), on_call_start=agent.on_call_start,
                  on_call_end=agent.on_call_end, report_state=agent.report_state)

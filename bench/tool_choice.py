@@ -19,7 +19,10 @@ same in SmolLM2's call syntax) or ``nocall`` (fewcall with SmolLM2's empty call 
 ``<tool_call>[]</tool_call>`` before the small-talk replies); SCHEMAS ``strict`` (a 4-digit
 order number pattern and a weekday enum over the declared schemas), ``hhmm`` (strict plus a
 24-hour time pattern) or ``bare`` (every constraint dropped); none of them: the agent as
-declared. The table reports:
+declared. MODE ``gate`` may add how it picks the tool: ``-nearest`` (the nearest example,
+``tool_which: examples``), ``-probe`` (the linear probe, ``tool_which: probe``) or ``-labels``;
+``-nocheck`` drops the small-talk check in SmolLM2's space, ``-noveto`` lets no small talk
+compete (none of them: the model's defaults). The table reports:
 
 - right tool: share of tool items where the first call names an acceptable tool;
 - right args: … with acceptable arguments;
@@ -32,12 +35,13 @@ eager on the small-talk items, interleaved).
 
     PYTHONPATH=src .venv/bin/python bench/tool_choice.py [--designs lazy,eager-fewshot]
         [--agent SPEC] [--model PATH [--chat-format auto]] [--items FILE] [--limit N]
-        [--cost-rounds 3] [--json]
+        [--extra-examples FILE] [--cost-rounds 3] [--json]
 
 ``--items FILE`` replaces the 38 built-in items (tuning items, saturated at 96.6 % right tool
 for the bundled model) with labelled utterances from a file (:func:`load_items`), e.g.
 ``bench/data/decisions_blind.tsv``: 185 written blind, said after the greeting, arguments not
-graded.
+graded. ``--extra-examples FILE`` (the same format) adds its utterances to the tools'
+``examples`` and the talk examples, e.g. ``bench/data/examples_second_set.tsv``.
 
 ``--model`` runs any local GGUF (default: the bundled SmolLM2-135M-Instruct) in its own chat
 format (``LlamaLLM.format``, read from the GGUF's metadata). Eager decides inside the call only in
@@ -171,6 +175,18 @@ DESIGNS = ["gate", "gate-labels", "lazy", "lazy-strict", "lazy-fewshot", "eager"
            "eager-fewcall-strict", "eager-nocall-strict"]
 
 
+CHOOSERS = {"-labels": "labels", "-nearest": "examples", "-probe": "probe"}
+
+
+def chooser_parts(name: str) -> tuple[str, str | None, bool, bool]:
+    """``"gate-probe-nocheck"`` → (the design without its chooser parts, tool_which or None
+    for the model's default, no small-talk check, no small-talk veto)."""
+    parts = name.split("-")
+    which = next((CHOOSERS[f"-{p}"] for p in parts if f"-{p}" in CHOOSERS), None)
+    rest = [p for p in parts if f"-{p}" not in CHOOSERS and p not in ("nocheck", "noveto")]
+    return "-".join(rest), which, "nocheck" in parts, "noveto" in parts
+
+
 def parse_design(name: str) -> tuple[str, str, str]:
     """``"eager-fewshot-strict"`` → (tool_mode, examples key, schemas key).
 
@@ -241,17 +257,25 @@ async def ask(agent, item: Item, key: str, **edits) -> LLMRequest:
         await call.close()
 
 
-async def run_design(llm, base, name: str, items: list[Item]) -> dict:
+async def run_design(llm, base, name: str, items: list[Item],
+                     extra: dict[str, tuple[str, ...]] | None = None) -> dict:
     # "gate-labels": the gate's label ranking picks the tool (LlamaLLM tool_which="labels");
     # plain "gate": the nearest tool example does (tool_which="examples", the default of models
     # not in rejoinder.adapters._which.WHICH_BY_MODEL)
     # "gate-noveto": the nearest example picks the tool, but small talk does not compete there
-    labels = name.endswith("-labels")
-    llm.engine.talk_veto = not name.endswith("-noveto")
-    mode, examples, schemas = parse_design(name.removesuffix("-labels").removesuffix("-noveto"))
+    # "-nearest" / "-probe": the nearest example / the linear probe picks (tool_which
+    # "examples" / "probe"; plain "gate": the model's default); "-nocheck": no small-talk check
+    # in the second embedding space (rejoinder.adapters._which.TalkCheckedMatcher)
+    eng = llm.engine
+    defaults = getattr(llm, "_bench_defaults", None) or (eng.which, eng.check_embed)
+    llm._bench_defaults = defaults
+    base_name, which, nocheck, noveto = chooser_parts(name)
+    eng.talk_veto = not noveto
+    mode, examples, schemas = parse_design(base_name)
     llm.tool_mode = mode
-    llm.engine.which = "labels" if labels else "examples"
-    agent = variant(base, EXAMPLES[examples], schemas)
+    eng.which = which or defaults[0]
+    eng.check_embed = None if nocheck else defaults[1]
+    agent = variant(base, EXAMPLES[examples], schemas, extra)
     params = {t.name: t.schema.parameters for t in base.tools.values()}
     await warm(llm, agent)
     rows = []
@@ -360,7 +384,7 @@ async def decision_cost(llm, agent, items: list[Item], rounds: int) -> dict:
 async def main(designs: list[str], agent_spec: str | None, limit: int | None,
                cost_rounds: int, model: str | None = None, chat_format: str = "auto",
                embed_model: str | None = None, items_path: str | None = None,
-               embedder: str = "minilm") -> dict:
+               embedder: str = "minilm", extra_path: str | None = None) -> dict:
     base = agent_for(agent_spec)
     items = load_items(items_path) if items_path else ITEMS
     items = items[:limit] if limit else items
@@ -372,7 +396,13 @@ async def main(designs: list[str], agent_spec: str | None, limit: int | None,
     print(f"model {model_info['model']} ({model_info['chat_format']} format, sha256 "
           f"{model_info['sha256'][:16]}…)", file=sys.stderr)
     default_mode = llm.tool_mode
-    results = [await run_design(llm, base, name, items) for name in designs]
+    extra = None
+    if extra_path:  # more labelled utterances as the tools' examples and talk examples
+        groups: dict[str, list[str]] = {}
+        for it in load_items(extra_path):
+            groups.setdefault(it.expect[0][0] if it.expect else "none", []).append(it.say)
+        extra = {k: tuple(v) for k, v in groups.items()}
+    results = [await run_design(llm, base, name, items, extra) for name in designs]
     cost = await decision_cost(llm, base, items, cost_rounds) if cost_rounds else None
     return {"agent": base.name, **model_info, "default_tool_mode": default_mode,
             "designs": results, "decision_cost": cost}
@@ -400,6 +430,10 @@ if __name__ == "__main__":
     ap.add_argument("--items", default=None,
                     help="labelled utterances, TOOL[|TOOL]<TAB>words or none<TAB>words a line "
                          "(default: the 38 built-in items; bench/data/decisions_blind.tsv: 185 written blind)")
+    ap.add_argument("--extra-examples", default=None,
+                    help="a TSV as --items (TOOL or none, a tab, the words) appended to the "
+                         "tools' examples and the talk examples, e.g. "
+                         "bench/data/examples_second_set.tsv")
     ap.add_argument("--limit", type=int, default=None, help="first N items only (smoke run)")
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="rounds of the none/lazy/eager first-delta comparison (0: skip)")
@@ -408,7 +442,7 @@ if __name__ == "__main__":
     names = [d for d in a.designs.split(",") if d]
     try:
         for d in names:
-            parse_design(d.removesuffix("-labels").removesuffix("-noveto"))
+            parse_design(chooser_parts(d)[0])
     except ValueError as exc:
         sys.exit(str(exc))
     embed = a.embed_model
@@ -416,7 +450,7 @@ if __name__ == "__main__":
         from rejoinder.adapters.llama_llm import smollm2_model_path
         embed = str(smollm2_model_path())
     out = asyncio.run(main(names, a.agent, a.limit, a.cost_rounds, a.model, a.chat_format, embed,
-                           a.items, a.embedder))
+                           a.items, a.embedder, a.extra_examples))
     if a.json:
         print(json.dumps(out, indent=2))
     else:

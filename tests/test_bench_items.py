@@ -61,3 +61,27 @@ def test_no_blind_utterance_is_near_an_example_of_the_agent(tool_choice):
     assert len(examples) > 100
     near = [(i.say, e) for i in items for e in examples if distance(i.say, e) < 0.3]
     assert not near, near
+
+
+def test_a_design_names_its_chooser_and_checks(tool_choice):
+    parts = tool_choice.chooser_parts
+    assert parts("gate") == ("gate", None, False, False)
+    assert parts("gate-probe-nocheck") == ("gate", "probe", True, False)
+    assert parts("gate-nearest") == ("gate", "examples", False, False)
+    assert parts("gate-labels-noveto") == ("gate", "labels", False, True)
+    assert parts("eager-fewshot-strict") == ("eager-fewshot-strict", None, False, False)
+    assert tool_choice.parse_design(parts("gate-fewshot-probe")[0]) == ("gate", "fewshot", "declared")
+
+
+def test_extra_examples_join_the_tools_and_the_talk_examples(tool_choice):
+    from _agent_requests import variant
+
+    from rejoinder.app.support import agent
+
+    extra = {"lookup_order": ("Any news on parcel 1234?",), "none": ("Nice weather.",)}
+    v = variant(agent, extra=extra)
+    before = agent.tools["lookup_order"].schema.examples
+    assert v.tools["lookup_order"].schema.examples == (*before, "Any news on parcel 1234?")
+    assert v.tools["end_call"].schema.examples == agent.tools["end_call"].schema.examples
+    assert v.llm.talk_examples == [*agent.llm.talk_examples, "Nice weather."]
+    assert agent.tools["lookup_order"].schema.examples == before  # the agent is left as it was

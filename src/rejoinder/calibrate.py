@@ -164,7 +164,7 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         ConfigError: the agent has no tools, or no examples (see :func:`choose_threshold`).
     """
     from .adapters._gate import DEFAULT_TALK_EXAMPLES, LabelGate
-    from .adapters._which import paired_matcher
+    from .adapters._probe import tool_chooser
 
     tools = tuple(t.schema for t in agent.tools.values())
     if not tools:
@@ -172,7 +172,8 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
     talk = (*DEFAULT_TALK_EXAMPLES, *agent.llm.talk_examples)
     engine = getattr(llm, "engine", None)
     decides = getattr(engine, "tool_mode", None) == "gate"
-    embed = engine.embed if decides and engine.which == "examples" else None
+    kind = getattr(engine, "which", None)
+    embed = engine.embed if decides and kind in ("examples", "probe") else None
     embedded = _memoised(embed) if embed is not None else None
     check = getattr(engine, "check_embed", None) if embed is not None else None
     checked = _memoised(check) if check is not None else None
@@ -184,7 +185,7 @@ def calibrate(agent: Agent, llm: Any, *, max_spurious: float = 0.05,
         messages = (ChatMessage("assistant", opening), ChatMessage("user", say))
         request = (LLMRequest(messages, tools=kept, tool_threshold=-math.inf)
                    if decides else None)
-        matcher = ((lambda k=kept, tk=talk_kept: paired_matcher(embedded, checked, k, tk))
+        matcher = ((lambda k=kept, tk=talk_kept: tool_chooser(kind, embedded, checked, k, tk))
                    if embed is not None and any(t.examples for t in kept) else None)
         s, decision = on_model_thread("llama", _score, llm, gate, messages, request, matcher)
         # a question for a missing argument ("what's the order number?") picked its tool

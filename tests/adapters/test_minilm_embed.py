@@ -114,3 +114,24 @@ def test_calibration_embeds_each_example_once_in_each_space_with_its_own_templat
     assert list(words("hi")) == [2.0, 1.0] and list(words("hi")) == [2.0, 1.0] and calls == ["hi"]
     plain = _memoised(lambda t: np.array([1.0, len(t)]))
     assert plain.template == EMBED_TEMPLATE  # a GGUF's PromptEOL embedding
+
+
+def test_examples_are_embedded_once_per_process(monkeypatch):
+    m = MiniLMEmbedding()
+    seen: list[str] = []
+    real = m.many
+
+    def counting(texts):
+        seen.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(m, "many", counting)
+    first = m.examples(["Where is my order?", "Hello there.", "Where is my order?"])
+    again = m.examples(["Hello there.", "Cancel it, please."])
+    assert seen == ["Where is my order?", "Hello there.", "Cancel it, please."]
+    assert np.array_equal(first[0], first[2]) and np.array_equal(first[1], again[0])
+    assert np.array_equal(again[1], m("Cancel it, please."))
+    monkeypatch.setattr(minilm_embed, "EXAMPLES_KEPT", 0)  # past the bound: embedded, not kept
+    m2 = MiniLMEmbedding()
+    m2.examples(["Hello there."])
+    assert m2._examples == {}

@@ -56,4 +56,5 @@ def test_describe_models():
             assert len(f["sha256"]) == 64 and f["bytes"] > 0
             assert file_sha256(f["path"]) == f["sha256"]
     assert d["llm"]["sha256"] == d["llm"]["files"][0]["sha256"] and d["llm"]["embedder"] == "minilm"
+    assert d["llm"]["tool_which"] == "examples"
     assert d["tts"]["files"] == [] and d["tts"]["license"] == "GPL-3.0"

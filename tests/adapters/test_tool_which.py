@@ -172,7 +172,7 @@ def test_decision_records_what_picked_the_tool():
 
 def test_an_unknown_which_mode_names_the_choices():
     from rejoinder.adapters.llama_llm import LlamaLLM
-    with pytest.raises(ConfigError, match="tool_which must be one of examples, labels"):
+    with pytest.raises(ConfigError, match="tool_which must be one of examples, probe, labels"):
         LlamaLLM(tool_which="nearest")
 
 
@@ -223,15 +223,15 @@ def test_a_request_for_a_person_is_a_transfer_by_its_examples_and_grounded_label
 
 @contextmanager
 def _smollm2_space(llm):
-    """Decide in SmolLM2-135M's PromptEOL space alone (``embedder="gguf"``), as before
-    2026-12-06."""
+    """Decide by the nearest example in SmolLM2-135M's PromptEOL space alone
+    (``embedder="gguf"``, ``tool_which="examples"``), as before 2026-12-06."""
     engine = llm.engine
-    saved = engine.embed, engine.check_embed
-    engine.embed, engine.check_embed = llm.gguf_embedding(), None
+    saved = engine.embed, engine.check_embed, engine.which
+    engine.embed, engine.check_embed, engine.which = llm.gguf_embedding(), None, "examples"
     try:
         yield engine
     finally:
-        engine.embed, engine.check_embed = saved
+        engine.embed, engine.check_embed, engine.which = saved
 
 
 def test_a_weekday_and_time_said_make_it_a_move_not_the_nearest_listing(llama_llm):

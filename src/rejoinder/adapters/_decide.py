@@ -24,10 +24,11 @@ import math
 from ..ports import LLMRequest, ToolDecision, ToolSchema
 from ._ask import missing_arguments
 from ._gate import DEFAULT_TALK_EXAMPLES, LabelGate
+from ._probe import tool_chooser
 from ._toolcall import groundable, value_alone
 from ._yesno import answer_polarity
 from ._which import (CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher, TalkCheckedMatcher, clear_pick,
-                     paired_matcher, said_pick)
+                     said_pick)
 
 
 class DecideStep:
@@ -221,11 +222,11 @@ class DecideStep:
         if self.embed is None or self.which == "labels" or not any(t.examples for t in tools):
             return None
         key = (tuple((t.name, t.examples) for t in tools), talk_examples, self.embed,
-               self.check_embed)
+               self.check_embed, self.which)
         matcher = self._matchers.get(key)
         if matcher is None:
-            matcher = paired_matcher(self.embed, self.check_embed, tools,
-                                     DEFAULT_TALK_EXAMPLES + tuple(talk_examples))
+            matcher = tool_chooser(self.which, self.embed, self.check_embed, tools,
+                                   DEFAULT_TALK_EXAMPLES + tuple(talk_examples))
             self._matchers[key] = matcher
             if len(self._matchers) > 32:
                 self._matchers.popitem(last=False)

@@ -86,7 +86,8 @@ class ChatEngine(ScopeStep, DecideStep):
       With ``embed`` (a sentence-embedding function: MiniLM, or a GGUF's; ``check_embed``, a
       second one, may veto a call as small talk and judges confirmations) and ``tool_which``
       ``"examples"`` (default), *which* tool is the one whose example is nearest the caller's
-      words (:mod:`._which`) when every allowed tool has examples; otherwise (or with
+      words (:mod:`._which`; ``"probe"``: the most probable under a logistic regression fitted
+      on the examples' embeddings, :mod:`._probe`) when every allowed tool has examples; otherwise (or with
       ``"labels"``) the best label. A yes/no answer to a confirmation question is judged with
       ``embed`` in both modes. With ``talk_veto`` (default on) the small-talk
       examples compete there too: when one lies nearer than every tool's, no tool is called.
@@ -177,8 +178,9 @@ class ChatEngine(ScopeStep, DecideStep):
         self.decline_note = True
         self.irreversible_margin = irreversible_margin
         self.argument_lead = argument_lead
-        #: once the gate decides to call: "examples" (the nearest example in ``embed``'s
-        #: space, :mod:`._which`) or "labels" (the best label); a confirmation is answered with
+        #: once the gate decides to call: "probe" (a logistic regression on ``embed``'s
+        #: space, :mod:`._probe`), "examples" (the nearest example there, :mod:`._which`) or
+        #: "labels" (the best label); a confirmation is answered with
         #: ``embed`` either way
         self.which = tool_which
         self.talk_veto = talk_veto

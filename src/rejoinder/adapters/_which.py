@@ -38,7 +38,7 @@ import numpy as np
 
 from ..ports import ToolSchema
 
-WHICH_MODES = ("examples", "labels")
+WHICH_MODES = ("examples", "probe", "labels")
 #: PromptEOL's template (Jiang et al. 2023); the embedding is the last token's hidden state
 EMBED_TEMPLATE = 'This sentence : "{}" means in one word:"'
 #: Answers to a confirmation question ("shall I cancel your haircut …?"), yes and no: the
@@ -228,8 +228,11 @@ class TalkCheckedMatcher:
     failed checks an unwanted ``transfer_to_human``. Acting only when both agree is the
     conservative combination of two classifiers (a call can be wrong in ways a reply cannot)."""
 
-    def __init__(self, which: ExampleMatcher, talk: ExampleMatcher) -> None:
+    def __init__(self, which: Any, talk: ExampleMatcher, *more: ExampleMatcher,
+                 own_talk: bool = True) -> None:
         self.which, self.talk = which, talk
+        self.checks = (talk, *more)
+        self.own_talk = own_talk  # False: ``which`` picks among the tools only
         self.tools = which.tools
 
     def covers(self, names: Sequence[str]) -> bool:
@@ -241,9 +244,14 @@ class TalkCheckedMatcher:
     def choose(self, text: str, names: Sequence[str],
                talk: bool = False) -> tuple[str | None, dict[str, float]]:
         """As :meth:`ExampleMatcher.choose` in ``which``'s space; with ``talk``, None also when
-        ``talk``'s space has a small-talk example nearest (the similarities stay ``which``'s)."""
+        a check's space has a small-talk example nearest (the similarities stay ``which``'s).
+        Without ``own_talk``, ``which``'s own small-talk verdict is not one of them."""
         best, sims = self.which.choose(text, names, talk=talk)
-        if talk and best is not None and self.talk.choose(text, names, talk=True)[0] is None:
+        if talk and not self.own_talk:
+            tools = [n for n in names if n in sims]
+            best = max(tools, key=sims.__getitem__) if tools else None
+        if talk and best is not None and any(c.choose(text, names, talk=True)[0] is None
+                                             for c in self.checks):
             return None, sims
         return best, sims
 
@@ -252,7 +260,8 @@ def paired_matcher(embed: Callable[[str], Any], check_embed: Callable[[str], Any
                    tools: Sequence[ToolSchema], talk_examples: Sequence[str]
                    ) -> ExampleMatcher | TalkCheckedMatcher:
     """The tool chooser of ``tools`` in ``embed``'s space, its small-talk verdict checked in
-    ``check_embed``'s when given (:class:`TalkCheckedMatcher`)."""
+    ``check_embed``'s when given (:class:`TalkCheckedMatcher`). The linear probe's pairing
+    is :func:`._probe.tool_chooser`."""
     which = ExampleMatcher(embed, tools, talk_examples)
     if check_embed is None:
         return which

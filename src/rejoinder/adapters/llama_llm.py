@@ -130,9 +130,10 @@ class LlamaLLM:
         tool_threshold: the tool gate's threshold (default: the model's shipped calibration,
             :data:`._gate.CALIBRATED`; a request's ``tool_threshold`` — the agent's — wins).
         tool_which: once the gate decides to call, how it picks the tool: ``"examples"``
-            (default: the nearest tool example in ``embed_model``'s sentence embeddings, from
-            a second, small llama.cpp context, :mod:`._which`) or ``"labels"`` (the best
-            label of the gate's prompt). Confirmations are judged in the embeddings either way:
+            (default: the nearest tool example in the sentence embeddings, :mod:`._which`),
+            ``"probe"`` (a logistic regression fitted on the tool and talk examples'
+            embeddings, small talk still judged by the nearest examples, :mod:`._probe`) or
+            ``"labels"`` (the best label of the gate's prompt). Confirmations are judged in the embeddings either way:
             with ``"labels"`` small talk no longer competes with the tools (Qwen2.5-Coder-1.5B
             by its labels called ``end_call`` on "Thank you." after an answer, 2026-12-04).
         grounded_replies: a reply after a tool result uses only the results' words, the

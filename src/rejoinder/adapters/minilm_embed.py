@@ -82,6 +82,10 @@ def minilm_paths() -> tuple[Path, Path]:
     return _checked(onnx, ONNX_SHA256, ONNX_SPEC), _checked(tok, TOKENIZER_SHA256, TOKENIZER_SPEC)
 
 
+#: most example vectors a :class:`MiniLMEmbedding` keeps (≈ 1.5 KB each)
+EXAMPLES_KEPT = 4096
+
+
 class MiniLMEmbedding:
     """``text -> (384,) float32`` unit vector (blocking; thread-safe). Loads on first use.
 
@@ -103,6 +107,7 @@ class MiniLMEmbedding:
         self._session = None
         self._tok = None
         self._lock = threading.Lock()
+        self._examples: dict[str, np.ndarray] = {}  # examples embedded, for the next matcher
 
     def load(self) -> None:
         """Open the tokenizer and the ONNX session now (idempotent)."""
@@ -127,8 +132,16 @@ class MiniLMEmbedding:
         return self.many([text])[0]
 
     def examples(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """The vectors of an agent's examples (the same as one call each)."""
-        return [self(t) for t in texts]
+        """The vectors of an agent's examples (the same as one call each), each embedded once
+        per process: the tool probe and its small-talk check fit on the same examples
+        (:func:`._which.paired_matcher`). At most :data:`EXAMPLES_KEPT` are kept."""
+        memo = self._examples
+        missing = [t for t in dict.fromkeys(texts) if t not in memo]
+        vecs = self.many(missing)
+        if len(memo) + len(missing) <= EXAMPLES_KEPT:
+            memo.update(zip(missing, vecs))
+        fresh = dict(zip(missing, vecs))
+        return [memo[t] if t in memo else fresh[t] for t in texts]
 
     def many(self, texts: Sequence[str]) -> list[np.ndarray]:
         """One vector per text, in order."""

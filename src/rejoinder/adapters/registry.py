@@ -46,7 +46,7 @@ class LlamaOptions(BaseModel):
     seed: int = 0
     tool_mode: Literal["gate", "lazy", "eager"] = "gate"
     tool_threshold: float | None = None
-    tool_which: Literal["examples", "labels"] = "examples"  # how the gate picks the tool (_which)
+    tool_which: Literal["examples", "probe", "labels"] = "examples"  # how the gate picks the tool (_probe, _which)
     grounded_replies: bool = True  # replies after a tool result stay on its words (_grounded)
     facts_first: bool = True  # …and their first sentence says the result's fact words (_grounded)
     ask_missing: bool = True  # a tool request without its typed argument gets one question (_ask)
@@ -361,7 +361,8 @@ def _model_files(kind: str, name: str, cfg: StackConfig) -> tuple[str, list[Path
 def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]:
     """Per stage: ``{"adapter", "model", "license", "files": [{"path", "bytes", "sha256"}]}``;
     the in-process llama.cpp LLM adds ``chat_format`` (smollm2, hermes, llama3), its GGUF's
-    ``sha256`` and the tool chooser's ``embedder`` (minilm, gguf), whose files follow the GGUF's.
+    ``sha256``, the tool chooser's ``embedder`` (minilm, gguf), whose files follow the GGUF's,
+    and ``tool_which`` (probe, examples, labels).
 
     Hashes are computed once per process (cached by path + mtime + size): a 1 GB GGUF takes
     seconds once, then nothing.
@@ -386,4 +387,5 @@ def describe_models(cfg: StackConfig | None = None) -> dict[str, dict[str, Any]]
                                                                         cfg.llama.chat_format)
             out[kind]["sha256"] = out[kind]["files"][0]["sha256"]
             out[kind]["embedder"] = "gguf" if cfg.llama.embed_model else cfg.llama.embedder
+            out[kind]["tool_which"] = cfg.llama.tool_which
     return out
