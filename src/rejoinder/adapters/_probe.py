@@ -37,10 +37,11 @@ that verdict the blind set's no-call rate fell from 93.5 to 85.5 %.
 Its probabilities are the similarities the lead rules read (:func:`._which.clear_pick`,
 :func:`._which.said_pick`), whose margins were set on cosine similarities.
 
-Cost: the fit runs once per set of tools (≈ 50–150 ms for 360 examples on one core; the
-examples are embedded first, ≈ 4 ms each with MiniLM), at warm-up
-(:meth:`rejoinder.adapters.llama_llm.LlamaLLM.warm_gate`); a choice is one embedding and a
-384 × classes product.
+Cost (2-core x86-64, quiet, 2026-12-07): at warm-up
+(:meth:`rejoinder.adapters.llama_llm.LlamaLLM.warm_gate`), importing scikit-learn 1.4 s once
+per process, embedding the examples ≈ 8 ms each (150: 1.2 s; 356: 2.5 s; each once per process,
+:meth:`.minilm_embed.MiniLMEmbedding.examples`) and the fit 22 ms (150) to 29 ms (356); a
+choice, 5.1–5.7 ms (one MiniLM embedding, then a 384 × classes product).
 """
 
 from __future__ import annotations
@@ -146,15 +147,10 @@ def tool_chooser(kind: str, embed: Callable[[str], Any], check_embed: Callable[[
     return TalkCheckedMatcher(ProbeMatcher(embed, tools, talk_examples), *checks, own_talk=False)
 
 
+_unit = ExampleMatcher._norm  # a unit vector (per-token rows mean-pooled first)
+
+
 def _over(probs: dict[str, float], keep: Sequence[str]) -> dict[str, float]:
     sub = {k: probs[k] for k in keep if k in probs}
     total = sum(sub.values())
     return {k: v / total for k, v in sub.items()} if total > 0 else sub
-
-
-def _unit(vec: Any) -> np.ndarray:
-    v = np.asarray(vec, dtype=np.float64)
-    if v.ndim > 1:  # per-token rows: mean-pool them
-        v = v.mean(axis=0)
-    n = float(np.linalg.norm(v))
-    return v / n if n else v
