@@ -432,6 +432,27 @@ def test_end_call_is_offered_only_on_a_closing():
         end_call(cue="(")
 
 
+def test_a_transfer_is_offered_only_on_words_that_ask_for_a_person():
+    """``PERSON_CUE``: every transfer example (the generic and the support agent's) matches; an
+    acknowledgement the gate once transferred does not, nor do thanks or a booking question.
+    ``transfer_to_human(cue=None)`` offers it on any words."""
+    import re
+
+    from rejoinder.app.examples import TRANSFER_EXAMPLES as SUPPORT_TRANSFERS
+    from rejoinder.calltools import PERSON_CUE, TRANSFER_EXAMPLES, transfer_to_human
+
+    cue = re.compile(PERSON_CUE, re.IGNORECASE)
+    assert all(cue.search(x) for x in TRANSFER_EXAMPLES + SUPPORT_TRANSFERS)
+    for said in ("Could I have a word with the manager?", "Connect me to your team, please.",
+                 "I don't want a robot."):
+        assert cue.search(said), said
+    for said in ("Good stuff, that fits around my job nicely.", "Thank you so much.",
+                 "When's my haircut?", "Is my order 4417 on its way?"):
+        assert not cue.search(said), said
+    assert transfer_to_human().cue.pattern == PERSON_CUE
+    assert transfer_to_human(cue=None).cue is None
+
+
 async def test_a_cued_tool_stays_offered_for_the_answer_to_its_own_question():
     """The support agent's ``cancel_appointment`` is offered only on words that can ask for a
     cancellation (CANCEL_CUE: not on thanks or small talk); once its confirmation question was
@@ -457,14 +478,40 @@ async def test_a_cued_tool_stays_offered_for_the_answer_to_its_own_question():
             req = conv.request([ChatMessage("user", said)], final_step=False)
             return "cancel_appointment" in (req.allowed_tools or support.tools), req.withheld, req.confirming
 
-        assert offered("Smashing, that suits me perfectly.") == (False, ("cancel_appointment", "end_call"), None)
-        assert offered("Could you renew the insurance on my car?") == (False, ("cancel_appointment",), None)
-        assert offered("I can't make it on Thursday, so take it off the books.") == (True, ("end_call",), None)
+        assert offered("Smashing, that suits me perfectly.") == (
+            False, ("reschedule_appointment", "cancel_appointment", "transfer_to_human", "end_call"), None)
+        assert offered("Could you renew the insurance on my car?") == (
+            False, ("reschedule_appointment", "cancel_appointment", "transfer_to_human"), None)
+        assert offered("I can't make it on Thursday, so take it off the books.") == (
+            True, ("reschedule_appointment", "transfer_to_human", "end_call"), None)
         held = await conv.run_tool(1, ToolCall("c1", "cancel_appointment", {"service": "consultation"}))
         assert held.held and "shall I cancel your consultation" in str(held.result)
         assert offered("Yep, please do.") == (True, (), "cancel_appointment")
     finally:
         support.on_call_end(ctx)
+
+
+def test_a_move_is_offered_only_on_words_that_can_ask_for_one():
+    """``MOVE_CUE``: every move example and move wording of the support agent matches; the
+    read suites' questions about a booking that asked for no move do not (the move was their
+    nearest example, and the agent asked for a new day and time), nor do thanks."""
+    import re
+
+    from rejoinder.app.examples import LIST_EXAMPLES, MOVE_CUE, MOVE_EXAMPLES, TALK_EXAMPLES
+
+    cue = re.compile(MOVE_CUE, re.IGNORECASE)
+    assert all(cue.search(x) for x in MOVE_EXAMPLES)
+    for said in ("Can we do Thursday at four instead?", "Any chance of a later slot?",
+                 "I'd like to bring it forward.", "Could you make it 3 PM?", "How about Monday?",
+                 "I want to re-shed yule my haircut."):
+        assert cue.search(said), said
+    for said in ("And the second thing, when's my consultation again?",
+                 "I won't make it to my consultation on Thursday. Could you take it off the books?",
+                 "I think I'd better cancel my haircut on Tuesday morning.",
+                 "Would you mind looking it up?", "Thank you so much.", "Bye for now."):
+        assert not cue.search(said), said
+    # a false match only offers the move as before: 4 of 54 ("down for Thursday", "open on …")
+    assert sum(bool(cue.search(x)) for x in LIST_EXAMPLES + TALK_EXAMPLES) <= 4
 
 
 def test_a_yaml_cue_replaces_or_drops_a_tools_cue(tmp_path):

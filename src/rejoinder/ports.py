@@ -133,7 +133,8 @@ class ToolDecision:
     gate said talk, but the caller said nothing but the one typed argument of one tool (an order
     number alone), which is called; ``"alone"``: the same message decided without scoring
     (no ``scores``, an infinite ``margin``, recorded as null); ``"cue"``: the gate's choice was
-    a tool the caller's words did not cue (``LLMRequest.withheld``), so the agent talks;
+    an irreversible tool the caller's words did not cue (``LLMRequest.withheld``), so the agent
+    talks;
     ``"yesno"``: an answer to a confirmation question that opened with yes (the tool is called)
     or no (talk), decided without scoring (:mod:`rejoinder.adapters._yesno`); ``"confirm"``: one
     that opened with neither, judged by the margin and the nearer of the yes and no examples;
@@ -256,8 +257,10 @@ class LLMRequest:
     caller's request says so in those words (:mod:`rejoinder.adapters._scope`); others ignore it.
     ``withheld`` names tools left out of ``allowed_tools`` because the caller's words lack their
     cue (:attr:`rejoinder.tools.Tool.cue`: ``end_call`` without a closing): a scoring backend
-    still scores them, and choosing one means talking (else its share of the call would go to
-    the next tool); others ignore it.
+    still scores them; choosing an irreversible one means talking (else its share of the call
+    would go to the next tool), while a reversible one is set aside and the rest compete (a
+    move not asked for: the listing or the cancellation the words hold comes instead); others
+    ignore it.
     Raises ``ValueError`` for a name not among ``tools``."""
 
     messages: tuple[ChatMessage, ...]

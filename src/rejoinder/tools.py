@@ -132,7 +132,9 @@ class Tool:
         ``cue``: a regular expression (case-insensitive, searched anywhere) the caller's words
         must match for the tool to be offered for the reply (``end_call``: a closing such as
         "bye" or "that's all", :data:`rejoinder.calltools.CLOSING_CUE`; a thank-you alone is
-        not one). None: always offered.
+        not one). None: always offered. A scoring backend still weighs a withheld tool: an
+        irreversible one chosen means talk, a reversible one is set aside for the rest
+        (:class:`rejoinder.ports.LLMRequest`).
         ``confirm(**args) -> str`` (given ``ctx`` too when it has a ``ctx`` parameter): for an
         irreversible tool, the yes/no question the caller must answer first ("shall I cancel
         your haircut on Tuesday at 10 AM?"). The first call does not run the tool: it is held,

@@ -4,6 +4,7 @@ agent's tools, where the label ranking picks the wrong tool for a request for a 
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -402,3 +403,26 @@ def test_a_withheld_tool_still_competes_and_choosing_it_means_talk(llama_llm):
     assert (withheld.chosen, withheld.which) == (None, "cue")
     assert "end_call" in withheld.scores and withheld.similarity["end_call"] == pytest.approx(
         offered.similarity["end_call"])
+
+
+def test_a_reversible_withheld_tool_is_set_aside_and_the_next_tool_chooses(llama_llm):
+    """A move not asked for: "When's my consultation again?" lies nearest a move example in
+    MiniLM's space, so with every tool offered the move is the choice (and, its new day and
+    time unsaid, the agent asks for them). Withheld for want of its cue (``MOVE_CUE``), the
+    reversible move is set aside, not turned into talk: the listing the words ask for is
+    called, and the record keeps the move's gate score. The support agent's own request says
+    so too (the cue left it out)."""
+    from rejoinder.app.examples import MOVE_CUE
+
+    engine = llama_llm.engine
+    say = "And the second thing, when's my consultation again?"
+    assert not re.search(MOVE_CUE, say, re.IGNORECASE)
+    base = replace(_request(say), tool_threshold=-50.0)  # every margin passes: the matcher picks
+    names = tuple(t.name for t in base.tools)
+    offered = engine.decide(base)
+    assert offered.similarity["reschedule_appointment"] > offered.similarity["list_appointments"]
+    assert offered.chosen in ("reschedule_appointment", None) and offered.which != "cue"
+    held = engine.decide(replace(base, allowed_tools=tuple(n for n in names if n != "reschedule_appointment"),
+                                 withheld=("reschedule_appointment",)))
+    assert (held.chosen, held.which) == ("list_appointments", "examples")
+    assert "reschedule_appointment" in held.scores and "reschedule_appointment" not in held.similarity

@@ -113,7 +113,7 @@ class DecideStep:
         scores = gate.score(self._llm, request.messages,
                             None if allowed is None else allowed + request.withheld)
         grounding = self._grounding(request)
-        cands = list(scores.tools)
+        cands = [n for n in scores.tools if n not in self._uncued(request)]
         said_all = [n for n in cands if grounding.get(n) is True]  # its pattern values were said
         threshold, source = self._threshold(request)
         chosen, which, sims = scores.chosen(threshold), "labels", None
@@ -172,6 +172,29 @@ class DecideStep:
                                     self._caller_before(request))
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims, ask, aside, vetoed if ask else None)
+
+    @staticmethod
+    def _uncued(request: LLMRequest) -> set[str]:
+        """The reversible tools withheld for want of their cue (``request.withheld``): set aside
+        before the choice, so the tools the caller's words can ask for compete without them.
+        An irreversible withheld tool stays in, and choosing it means talk (``which="cue"``).
+
+        Why: a move (``reschedule_appointment``) was the nearest example for words about an
+        appointment that asked for no move ("when's my consultation again?", "I won't make it
+        to my consultation on Thursday, could you take it off the books?"); the agent then
+        asked for a new day and time, or moved the booking to the slot it already had ("I'd better
+        cancel my haircut on Tuesday morning": the day and time said made it the said tool,
+        :func:`._which.said_pick`). In the read suites at 4 calls (run
+        ``20261207-001617-eb14``) that failed 16 of 180 calls, every call of four scenarios.
+        With its cue (:data:`rejoinder.app.examples.MOVE_CUE`) withheld and the next tool
+        choosing, the listing or the cancellation's question comes instead. Talking in its
+        place, as for ``end_call`` on a thank-you, left those callers unanswered too. A wrong
+        listing costs one sentence; a call-ending tool or a cancellation picked in its place
+        would not, so those keep the rule of talk."""
+        if not request.withheld:
+            return set()
+        strict = {t.name for t in request.tools if t.irreversible}
+        return {n for n in request.withheld if n not in strict}
 
     def confirm_matcher(self, tool: str) -> ExampleMatcher:
         """Yes or no to a confirmation question (:attr:`LLMRequest.confirming`), by the nearest of

@@ -30,8 +30,8 @@ from pydantic import BeforeValidator, Field
 
 from rejoinder.agent import Agent
 from rejoinder.app import db
-from rejoinder.app.examples import (CANCEL_CUE, CANCEL_EXAMPLES, END_EXAMPLES, LIST_EXAMPLES, MOVE_EXAMPLES,
-                                     ORDER_EXAMPLES, TALK_EXAMPLES, TRANSFER_EXAMPLES)
+from rejoinder.app.examples import (CANCEL_CUE, CANCEL_EXAMPLES, END_EXAMPLES, LIST_EXAMPLES, MOVE_CUE,
+                                     MOVE_EXAMPLES, ORDER_EXAMPLES, TALK_EXAMPLES, TRANSFER_EXAMPLES)
 from rejoinder.calltools import end_call, transfer_to_human
 from rejoinder.dictation import DIGIT_WORDS
 from rejoinder.flow import AgentStep
@@ -268,7 +268,7 @@ def _undo_reschedule(ctx: CallContext, result: dict[str, Any], **args: Any) -> N
                      (previous, appt_id, new))
 
 
-@tool(reversible=True, timeout_s=2.0, compensate=_undo_reschedule, examples=MOVE_EXAMPLES)
+@tool(reversible=True, timeout_s=2.0, compensate=_undo_reschedule, examples=MOVE_EXAMPLES, cue=MOVE_CUE)
 def reschedule_appointment(ctx: CallContext, day: Weekday, time: TimeOfDay,
                            service: Service = "") -> dict[str, Any]:
     """Move the caller's appointment to another weekday and time (Monday to Friday, 9 AM to 5 PM).
