@@ -15,7 +15,7 @@ from rejoinder.agent import Agent
 from rejoinder.harness.callrun import run_call
 from rejoinder.clock import VirtualClock
 from rejoinder.conversation import CUT_MARK
-from rejoinder.events import AgentSpeech, Boundary, EventBus, Recovery, TurnDecision
+from rejoinder.events import AgentSpeech, Boundary, EventBus, Recovery, SpeakableText, TurnDecision
 from rejoinder.ports import PortError, ToolCall, Transcript, TTSAudio
 from rejoinder.session import Session
 from rejoinder.stages import Stamper
@@ -65,6 +65,50 @@ async def test_a_reopened_turn_never_redoes_irreversible_work_nor_loses_its_resu
     assert rec.stamps["first_speakable_text"] > rec.stamps["user_speech_end"]
     assert segs["llm_ttft"] > 0 and segs["tts_ttfb"] == pytest.approx(80, abs=5)
     assert sum(segs.values()) == pytest.approx(rec.v2v_ms(), abs=1)
+
+
+async def test_speech_over_a_filler_alone_reopens_the_turn_and_keeps_its_irreversible_work():
+    """The caller pauses after "Yes, cancel it." and goes on "Please do, …" 900 ms later, while
+    only the tool round's filler ("One moment.") has played: the same turn goes on (one reply
+    to the whole, the cancellation run once and given to the LLM), not a barge-in that leaves
+    the result unsaid. The turn's times are those of the reply heard. Speech that starts more
+    than ``filler_reopen_ms`` (1 s) after the caller's last word is a barge-in, as is speech
+    once the answer's own words are audible."""
+    from rejoinder.reply import FillerPolicy
+
+    texts = ["Yes, cancel it.", "Yes, cancel it. Please do, there's no way round it."]
+
+    async def call(gap_ms: float):
+        clock = VirtualClock()
+        log = ToolLog()
+        stack = make_stack(clock, texts, calls=CANCEL)
+        stack.llm.ttft_ms = 300.0
+        bus, events = recording_bus()
+        pcm = np.concatenate([tone(600), silence(gap_ms), tone(700)])
+        res = await run_call([turn(pcm)], stack, scripted_agent(log), clock=clock, tail_ms=3000,
+                             bus=bus, filler=FillerPolicy(reading_prior_ms=1000))
+        return res, events, log
+
+    res, events, log = await call(900)  # resumes 120 ms into the filler
+    fill = next(e for e in events if isinstance(e, SpeakableText) and e.source == "filler")
+    audible = next(e.t_ms for e in events if isinstance(e, Boundary) and e.name == "playback_start")
+    reopen = next(e.t_ms for e in events if isinstance(e, TurnDecision) and e.reason == "reopen")
+    assert fill.text.strip() == "One moment." and audible < reopen
+    assert [r.turn_id for r in res.turns] == [1]
+    speech = [e for e in events if isinstance(e, AgentSpeech)]
+    assert [(e.turn_id, e.interrupted) for e in speech] == [(1, False)]
+    assert log.executed == [""]  # the irreversible tool ran once
+    assert [m.role for m in res.context] == ["user", "assistant", "tool", "assistant"]
+    assert res.context[0].content == texts[1]
+    [rec] = res.turns
+    assert rec.status == "completed" and "interrupted_at" not in rec.stamps
+    assert rec.stamps["playback_start"] == rec.stamps["answer_start"] > reopen
+    assert sum(rec.segments().values()) == pytest.approx(rec.v2v_ms(), abs=1)
+
+    for gap in (1200, 2300):  # a filler still playing but 1.2 s on; the answer audible
+        res, events, log = await call(gap)
+        assert [r.turn_id for r in res.turns] == [1, 2] and res.turns[0].status == "interrupted"
+        assert not any(isinstance(e, TurnDecision) and e.reason == "reopen" for e in events)
 
 
 async def test_a_reopened_turn_decides_a_reversible_call_again_on_the_whole_turn():

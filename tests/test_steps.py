@@ -514,6 +514,40 @@ def test_a_move_is_offered_only_on_words_that_can_ask_for_one():
     assert sum(bool(cue.search(x)) for x in LIST_EXAMPLES + TALK_EXAMPLES) <= 4
 
 
+def test_a_listing_is_offered_only_on_words_about_the_callers_own_bookings():
+    """``LIST_CUE``: every listing example matches, and so do other questions about the
+    caller's own bookings; questions about booking in general do not (the gate answered them
+    with the caller's list), and the support agent's request then withholds the listing.
+    (The wordings are written for this test, none from a suite or a labelled set.)"""
+    import re
+
+    from rejoinder.app.examples import LIST_CUE, LIST_EXAMPLES
+    from rejoinder.app.support import agent as support
+    from rejoinder.clock import RealClock
+    from rejoinder.conversation import Conversation
+    from rejoinder.ports import ChatMessage
+    from rejoinder.tools import CallContext
+
+    cue = re.compile(LIST_CUE, re.IGNORECASE)
+    assert all(cue.search(x) for x in LIST_EXAMPLES)
+    for said in ("Have I got anything on next week?", "When's the haircut?", "Appointments.",
+                 "What time is the consultation?", "Is my husband's booking still on?"):
+        assert cue.search(said), said
+    general = ("Do you take appointments on bank holidays?", "Is there a fee for a missed booking?",
+               "How long does a consultation normally last?")
+    assert not any(cue.search(x) for x in general)
+    ctx = CallContext("c", "+15550103")
+    support.on_call_start(ctx)
+    try:
+        conv = Conversation(support, ctx, Stamper("c", RealClock(), EventBus()))
+        req = conv.request([ChatMessage("user", general[0])], final_step=False)
+        assert "list_appointments" in req.withheld and "list_appointments" not in req.allowed_tools
+        req = conv.request([ChatMessage("user", "When is my haircut?")], final_step=False)
+        assert "list_appointments" in req.allowed_tools and "list_appointments" not in req.withheld
+    finally:
+        support.on_call_end(ctx)
+
+
 def test_a_yaml_cue_replaces_or_drops_a_tools_cue(tmp_path):
     from rejoinder.agent import load_agent_file
 

@@ -23,6 +23,33 @@ def test_commit_by_model_then_reply_lifecycle():
     assert t.agent_done(1, 3000) == [] and t.state is State.LISTENING
 
 
+def test_speech_over_a_filler_reopens_the_turn_until_the_answer_is_audible():
+    """While only a filler of the reply has played, caller speech within ``filler_reopen_ms``
+    of the caller's last word goes on with the same turn (a reopen, no hold); later speech, or
+    any once the answer's own words play, holds the reply as before. The greeting (turn 0) is
+    never reopened."""
+    def audible_filler() -> TurnTaker:
+        t = TurnTaker()
+        t.speech_onset(100, 164)
+        t.speech_pause(900, 1060)  # the caller's last word ends at 900
+        t.eot_result(1, 0.8, 1110)
+        assert t.agent_audible(1, 1500, filler=True) == [] and t.state is State.SPEAKING
+        return t
+
+    t = audible_filler()
+    assert t.speech_onset(1600, 1664) == [CancelReply(1, "reopen")]
+    assert t.state is State.USER_SPEAKING and t.turn_id == 1
+    t.speech_pause(2400, 2560)
+    assert t.eot_result(1, 0.8, 2610) == [Commit(1, "model", 0.8, 2400)]
+    assert audible_filler().speech_onset(1950, 2014) == [Hold(1)]  # 1.05 s on: a new utterance
+    t = audible_filler()
+    t.answer_audible(1)  # "One moment." done, the answer plays
+    assert t.speech_onset(1600, 1664) == [Hold(1)]
+    g = TurnTaker()
+    assert g.agent_initiates() and g.agent_audible(0, 10, filler=True) == []
+    assert g.speech_onset(200, 264) == [Hold(0)]
+
+
 def test_timeout_fallback_and_digit_hold():
     p = TurnPolicy(silence_timeout_ms=900, digit_hold_ms=1400)
     t = TurnTaker(p)

@@ -298,6 +298,8 @@ class Reply:
         self.full_text = ""
         self.estimated = False
         self._index = 0
+        #: who wrote the reply's first speakable words (``Say.source``: "llm", "filler", …)
+        self.first_source: str | None = None
         self._samples_per_char: float | None = None
         self._answer_marked = False
         self._holding = False  # a filler was said and the answer has not come yet
@@ -503,6 +505,7 @@ class Reply:
             self.st.emit(SpeakableText(text, spoken, self._index, self.st.now(), self.st.call_id,
                                        self.turn_id, source))
             if self._index == 0:
+                self.first_source = source
                 self.st.stamp("first_speakable_text", self.turn_id, source=source)
             if source == "llm" and not self._answer_marked and self.playout.reply is not None:
                 self._answer_marked = True

@@ -301,11 +301,11 @@ class Session:
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         run = self.turns.open(turn_id)
         run.cut(reason)
-        if run.reopened and reason != "noise":  # the dropped reply's timings are not the turn's
-            self._decided(turn_id, "reopen", {"why": reason})
         self.ender.reply_done(turn_id, True, self.st.now())  # a dropped goodbye ends nothing
         if self.playout.reply is not None and self.playout.reply.turn_id == turn_id:
             self.playout.clear(self.st.now())  # reports through _on_reply_done
+        if run.reopened and reason != "noise":  # the dropped reply's timings are not the turn's
+            self._decided(turn_id, "reopen", {"why": reason})  # (its cut, a filler's, included)
 
     def _segment(self, start_ms: float, end_ms: float) -> np.ndarray:
         return self.audio.segment(start_ms, end_ms)
@@ -543,7 +543,12 @@ class Session:
                       **data: Any) -> None:
         self.st.stamp(boundary, turn_id, t_ms, estimated=estimated, **data)
         if boundary == "playback_start":
-            self._perform(self.taker.agent_audible(turn_id, self.st.now()))
+            turn = self.turns.get(turn_id)
+            reply = turn.speaking[0] if turn is not None and turn.speaking else None
+            filler = reply is not None and reply.first_source == "filler"
+            self._perform(self.taker.agent_audible(turn_id, self.st.now(), filler=filler))
+        elif boundary == "answer_start":
+            self.taker.answer_audible(turn_id)
 
     def _report_unfinished(self) -> None:
         """The call ends while a reply plays: what the caller heard of it, marked call_ended
@@ -567,9 +572,10 @@ class Session:
         heard, estimated = reply.heard(played) if reply else ("", False)
         by_step = reply.heard_by_step(played) if reply else None
         estimated = estimated or (interrupted and self._lag_samples > 0)
-        if interrupted and turn.reopened and not heard:
-            # dropped before a word was heard (the caller went on): no reply of the turn, so no
-            # AgentSpeech; the turn's next reply accounts for this one's work (done_runs)
+        if interrupted and turn.reopened and (not heard or not audio.answered):
+            # dropped before a word of its answer was heard (the caller went on; at most a
+            # filler played): no reply of the turn, so no AgentSpeech; the turn's next reply
+            # accounts for this one's work (done_runs)
             return
         self.st.emit(AgentSpeech(heard, reply.full_text if reply else "", interrupted, estimated,
                                  self.st.now(), self.st.call_id, audio.turn_id,

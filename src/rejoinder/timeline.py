@@ -48,7 +48,9 @@ _LAST_WINS = frozenset({"user_speech_end", "eot_decided", "transcript_final", "p
 # stamps of a reply's stages: dropped when the turn reopens and a new reply starts over
 _REPLY_SIDE = frozenset({"llm_request", "llm_first_token", "llm_end", "tool_start", "tool_end",
                          "first_speakable_text", "tts_request", "tts_first_audio", "tts_end",
-                         "first_audio_out", "first_audio_in", "playout_start"})
+                         "first_audio_out", "first_audio_in", "playout_start", "playback_start",
+                         "answer_start", "interrupted_at"})  # (a reply that played only a filler
+                                                            # reopens too: its start and cut)
 SEGMENTS = ("endpointing", "transcription", "tool_choice", "tools", "llm_ttft", "first_text",
             "tts_ttfb", "audio_out", "arrival", "playout", "lead_silence")
 
@@ -272,7 +274,7 @@ class Timeline:
         elif isinstance(event, AgentSpeech) and event.turn_id:
             rec = self.turn(event.turn_id)
             if event.interrupted and "playback_start" not in rec.stamps:
-                return  # a reply dropped before the caller heard any of it (the turn reopened)
+                return  # a reply dropped before the caller heard its answer (the turn reopened)
             rec.heard_text = event.heard_text
             rec.repeated_words += event.repeated_words
             if event.interrupted and not event.call_ended:

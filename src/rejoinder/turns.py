@@ -44,7 +44,12 @@ Policy (defaults in :class:`TurnPolicy`):
   not done (a *dangling* ending such as "and" or "my", or an open number): the reply waits for
   the transcript, so nothing has been said yet.
 * Speech that resumes before the reply is audible reopens the *same* turn (its reply is cancelled):
-  two transcripts close together get one reply, never two.
+  two transcripts close together get one reply, never two. So does speech while only a filler
+  of the reply has played ("One moment." before a tool round, :class:`rejoinder.reply.FillerPolicy`):
+  a filler is not the answer, and the caller who paused after "Yeah." and goes on "please do,
+  there's no way round it" within ``filler_reopen_ms`` (1 s) of their last word is still saying
+  their turn (the tools it ran are kept, :class:`rejoinder.turnrun.TurnRun`). Later speech, and
+  any once the answer's own words are audible, is a hold and maybe a barge-in, below.
   The same hold applies to a number still being read out in any grouping (a 3-3-4 phone number
   with 1 s pauses; :mod:`rejoinder.dictation`) as soon as the speculative transcript shows it —
   taking back a commit already made while the reply is not yet audible — and never to a turn
@@ -126,6 +131,11 @@ class TurnPolicy(BaseModel):
                                     "rejoinder.completeness.dangling)")
     barge_in_ms: float = Field(700, ge=0, description="voiced time over the agent that cuts it off "
                                "without waiting for a transcript")
+    filler_reopen_ms: float = Field(1000, ge=0, description="caller speech while only a filler of "
+                                    "the reply has played, starting at most this long after the "
+                                    "caller's last voiced sample, goes on with the same turn "
+                                    "(the caller paused mid-utterance); later speech is a "
+                                    "barge-in as over any reply; 0: never")
     overlap_join_ms: float = Field(1500, ge=0, description="a short sound the reply resumed over "
                                    "(a backchannel, an unclear word) that ended at most this long "
                                    "before the caller's next turn starts that turn: its words are "
@@ -264,6 +274,7 @@ class TurnTaker:
         self.turn_id = 0
         self.last_voiced_ms = 0.0
         self._speech_since: float | None = None  # onset of current speech run (ms)
+        self._filler_only = False  # the audible reply has played only a filler so far
         self._eot_prob: float | None = None
         self._ends_in_digit = False
         self._overlap: tuple[float, float] | None = None  # short speech over the agent
@@ -298,9 +309,10 @@ class TurnTaker:
         if self.state is State.THINKING:
             if self.turn_id == 0:  # the caller spoke before the greeting was heard: drop it
                 return [CancelReply(0, "barge_in"), *self._open(at_ms)]
-            self.state = State.USER_SPEAKING
-            return [CancelReply(self.turn_id, "reopen")]
+            return self._reopen()
         if self.state is State.SPEAKING:
+            if self._goes_on(at_ms):  # no answer heard yet: the caller goes on with the turn
+                return self._reopen()
             if self.policy.barge_in_ms <= 0:
                 return self._barge_in(at_ms)
             return [Hold(self.turn_id)]
@@ -308,6 +320,9 @@ class TurnTaker:
 
     def speech_continues(self, now: float) -> list[Action]:
         """Called for each voiced VAD window; confirms a barge-in once long enough."""
+        if self.state is State.SPEAKING and self._speech_since is not None and self._goes_on(
+                self._speech_since):
+            return self._reopen()
         if (self.state is State.SPEAKING and self._speech_since is not None
                 and now - self._speech_since >= self.policy.barge_in_ms):
             return self._barge_in(self._speech_since)
@@ -506,13 +521,23 @@ class TurnTaker:
         actions = self._barge_in(overlap[0])
         return actions + self.speech_pause(overlap[1], now)
 
-    def agent_audible(self, turn_id: int, now: float) -> list[Action]:
-        """The reply of ``turn_id`` became audible to the caller."""
+    def agent_audible(self, turn_id: int, now: float, *, filler: bool = False) -> list[Action]:
+        """The reply of ``turn_id`` became audible to the caller; ``filler``: what plays is a
+        filler, not yet the answer (until :meth:`answer_audible`), so caller speech within
+        ``filler_reopen_ms`` of the caller's last word reopens the turn (a caller turn's reply
+        only: never the greeting's)."""
         if turn_id == self.turn_id and self.state is State.THINKING:
             self.state = State.SPEAKING
+            self._filler_only = filler and turn_id > 0
             if self._speech_since is not None:  # caller already talking over it
                 return self.speech_continues(now)
         return []
+
+    def answer_audible(self, turn_id: int) -> None:
+        """The answer's own words (LLM-written audio) of ``turn_id``'s reply became audible:
+        caller speech now holds the reply and may barge in."""
+        if turn_id == self.turn_id:
+            self._filler_only = False
 
     def agent_initiates(self) -> bool:
         """The agent speaks first (a greeting, before any caller turn): True when it may, i.e.
@@ -565,6 +590,17 @@ class TurnTaker:
         self._commit_reason = reason
         self._reprompted = False  # the caller took a turn: idle handling starts over
         return [Commit(self.turn_id, reason, probability, self.last_voiced_ms)]
+
+    def _goes_on(self, at_ms: float) -> bool:
+        """Speech from ``at_ms`` continues the caller's turn over the reply: only a filler of it
+        has played, and the caller paused at most ``filler_reopen_ms`` before."""
+        return self._filler_only and at_ms - self.last_voiced_ms <= self.policy.filler_reopen_ms
+
+    def _reopen(self) -> list[Action]:
+        """Speech before the caller heard the reply's answer: the same turn goes on."""
+        self.state = State.USER_SPEAKING
+        self._filler_only = False
+        return [CancelReply(self.turn_id, "reopen")]
 
     def _barge_in(self, at_ms: float) -> list[Action]:
         cut = CancelReply(self.turn_id, "barge_in")

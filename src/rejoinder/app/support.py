@@ -30,7 +30,7 @@ from pydantic import BeforeValidator, Field
 
 from rejoinder.agent import Agent
 from rejoinder.app import db
-from rejoinder.app.examples import (CANCEL_CUE, CANCEL_EXAMPLES, END_EXAMPLES, LIST_EXAMPLES, MOVE_CUE,
+from rejoinder.app.examples import (CANCEL_CUE, CANCEL_EXAMPLES, END_EXAMPLES, LIST_CUE, LIST_EXAMPLES, MOVE_CUE,
                                      MOVE_EXAMPLES, ORDER_EXAMPLES, TALK_EXAMPLES, TRANSFER_EXAMPLES)
 from rejoinder.calltools import end_call, transfer_to_human
 from rejoinder.dictation import DIGIT_WORDS
@@ -183,7 +183,7 @@ def _appointments(ctx: CallContext) -> list[dict[str, Any]]:
             for a in db.appointments_of(_conn(ctx), customer["id"]) if a["status"] == "booked"]
 
 
-@tool(reversible=True, timeout_s=2.0, examples=LIST_EXAMPLES)
+@tool(reversible=True, timeout_s=2.0, examples=LIST_EXAMPLES, cue=LIST_CUE)
 def list_appointments(ctx: CallContext) -> dict[str, Any]:
     """List the caller's booked appointments (service, day and time)."""
     return {"appointments": appointments_phrase(_appointments(ctx))}
