@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from typing import Any, Callable
 
 from rejoinder.agent import Agent, call_hook, load_agent
 from rejoinder.clock import RealClock
 from rejoinder.conversation import Conversation, Step
 from rejoinder.events import EventBus
-from rejoinder.ports import ChatMessage, LLMRequest, ToolCall, ToolSchema
+from rejoinder.ports import ChatMessage, LLMRequest, ToolCall
 from rejoinder.stages import Stamper
 from rejoinder.tools import CallContext
 
@@ -113,8 +114,10 @@ def variant(agent: Agent, examples: str = "", schemas: str = "declared",
     tools = []
     for t in agent.tools.values():
         t2 = copy.copy(t)
-        t2.schema = ToolSchema(t.name, t.description, shape(t.schema.parameters),
-                               tuple(t.schema.examples) + tuple(extra.get(t.name, ())))
+        # the schema's other fields (irreversible, tells) as the agent's: calls decide with them
+        t2.schema = dataclasses.replace(
+            t.schema, parameters=shape(t.schema.parameters),
+            examples=tuple(t.schema.examples) + tuple(extra.get(t.name, ())))
         tools.append(t2)
     if extra.get("none"):
         llm = {"talk_examples": [*agent.llm.talk_examples, *extra["none"]], **llm}

@@ -28,7 +28,8 @@ first touch of a fresh page).
 
 ``--time-frame-path`` times the pacer's ticks in the window (wall time inside
 :meth:`rejoinder.pacing.Pacer.tick`: every call's 20 ms frame step, both the agent's and the
-simulated caller's, and the after-tick VAD batch) per call-frame: the frame path's share of the
+simulated caller's; not the cross-call VAD batch, which runs right after each tick as a loop
+callback) per call-frame: the frame path's share of the
 CPU cost, apart from the turns' and replies' work. Steadier than the process CPU (±3 % between
 fresh processes of one build on a quiet box, 2026-12-05), so a change to the frame path is seen
 in fewer runs.

@@ -11,7 +11,7 @@ from rejoinder.clock import VirtualClock
 from rejoinder.vad import VadTracker
 from rejoinder.vadbatch import BatchedVAD, VadBatcher
 
-from fakes import scripted_agent, tone
+from fakes import AmplitudeVAD, scripted_agent, silence, tone
 from test_session import make_stack, turn
 
 
@@ -106,6 +106,33 @@ async def test_tracker_signals_arrive_after_the_batch_int16_frames() -> None:
     assert kinds[0] == "onset" and kinds[-1] == "pause" and kinds.count("onset") == 1
     assert abs(sigs[0][1] - 1000) <= 32 and abs(sigs[-1][1] - 2000) <= 32
     tr.close()
+
+
+async def test_speech_going_on_reaches_on_voiced_without_a_list_and_matches_the_inline_signals() -> None:
+    # two runs of speech with a 100 ms dip inside the first (shorter than the pause) and a
+    # reset-length silence between: onset, voiced ×n, a dip, voiced again, pause, onset, …
+    sound = np.concatenate([silence(1200), tone(600), silence(100), tone(500), silence(1500),
+                            tone(400), silence(800)])
+    inline = VadTracker(AmplitudeVAD(), min_speech_ms=64, pause_ms=160)
+    want: list[tuple[str, float]] = []
+    for i in range(0, len(sound), 320):
+        want += [(s.kind, s.at_ms) for s in inline.push(sound[i:i + 320], i / 16)]
+    batched = VadTracker(BatchedAmplitude(), min_speech_ms=64, pause_ms=160)
+    got: list[tuple[str, float]] = []
+    lists: list[list[str]] = []
+    batched.on_signals = lambda out: (got.extend((s.kind, s.at_ms) for s in out),
+                                      lists.append([s.kind for s in out]))
+    batched.on_voiced = lambda end_ms: got.append(("voiced", end_ms))
+    for i in range(0, len(sound), 320):
+        batched.push(sound[i:i + 320], i / 16)
+        await asyncio.sleep(0)
+    assert got == want
+    assert [k for k, _ in want].count("onset") == 2 and [k for k, _ in want].count("pause") == 2
+    # every "voiced" of speech already begun (after the dip too) went to on_voiced: the lists
+    # hold only the onsets, each with its first "voiced", and the pauses
+    assert lists == [["onset", "voiced"], ["pause"], ["onset", "voiced"], ["pause"]]
+    assert sum(k == "voiced" for k, _ in want) == 48
+    batched.close()
 
 
 async def test_a_call_with_the_batched_vad_is_answered_like_with_an_inline_one() -> None:

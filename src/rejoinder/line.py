@@ -99,7 +99,7 @@ class Playout:
         self.held = False
         self.held_at = 0.0
         self.overlaps = 0
-        self._silence = np.zeros(self.frame, dtype=np.int16)
+        self.silence = np.zeros(self.frame, dtype=np.int16)  #: the frame heard between replies
         self._out = np.zeros(self.frame, dtype=np.int16)
         self.last_peak = 0  # peak |sample| of the frame the last tick returned (int16 units)
         self.on_reply_done: Callable[[ReplyAudio, bool], None] | None = None
@@ -188,7 +188,7 @@ class Playout:
         r = self.reply
         self.last_peak = 0
         if r is None or self.held:
-            return self._silence
+            return self.silence
         left = r.queued - r.played
         if left <= 0:
             if r.ended:
@@ -199,7 +199,7 @@ class Playout:
                     self.on_reply_done(r, False)
             elif r.played and r.stall_since is None:
                 r.stall_since = now
-            return self._silence
+            return self.silence
         if r.stall_since is not None:
             self._stamp("stall", r.turn_id, r.stall_since, duration_ms=now - r.stall_since,
                         estimated=not self.caller_side)

@@ -217,7 +217,12 @@ class LiveSession:
         simulated caller, the server): the 20 ms frame the caller hears from ``t_ms`` (int16;
         a buffer reused at the next tick) and the turn whose reply it carries (None: silence).
         Sessions paced by :meth:`audio` never call this."""
-        r = self.session.playout.reply
+        session = self.session
+        r = session.playout.reply
+        if r is None and session.ender.pending is None and self.on_agent_frame is None:
+            # no reply and no call end pending (most frames): what tick_playout would do
+            session.playout.last_peak = 0
+            return session.playout.silence, None
         before = r.played if r is not None else 0
         frame = self.session.tick_playout(t_ms)
         if self.on_agent_frame is not None:

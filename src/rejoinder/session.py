@@ -98,6 +98,7 @@ class Session:
         if stack.llm is None:
             raise ValueError("an LLM-driven session needs an LLM port (Stack.llm)")
         self.st = st
+        self._clock_now = st.clock.now_ms  # the call clock (ms), read on every caller frame
         self.stack = stack
         self.agent = agent
         self.ctx = ctx or CallContext(st.call_id)
@@ -111,6 +112,7 @@ class Session:
                                   min_speech_ms=p.min_speech_ms, pause_ms=p.early_pause_ms,
                                   reset_after_ms=p.vad_reset_ms)
         self.tracker.on_signals = self._on_vad_later
+        self.tracker.on_voiced = self._on_voiced
         self.playout = Playout(LINE_RATE, self._caller_stamp, caller_side=caller_side_playout)
         self.playout.on_reply_done = self._on_reply_done
         self._max_samples = int(LINE_RATE * max_seconds)
@@ -165,7 +167,7 @@ class Session:
             if self.closed:  # a transport still sending after the call ended: nothing to hear
                 return
             self._ticker = self._spawn(self._watch_line(), 0, "session")
-        now = self._last_frame_at = self.st.clock.now_ms()
+        now = self._last_frame_at = self._clock_now()
         nxt = self._next_frame_ms
         if nxt is not None and t_ms < nxt - 1.0:
             self.late_frames += 1
@@ -184,7 +186,7 @@ class Session:
         if signals:
             self._on_vad(signals)
             now = None  # time has passed
-        actions = self.taker.tick(self.st.clock.now_ms() if now is None else now)
+        actions = self.taker.tick(self._clock_now() if now is None else now)
         if actions:
             self._perform(actions)
 
@@ -204,6 +206,19 @@ class Session:
         """Signals of a batching VAD (judged after the frame loop's tick)."""
         self._on_vad(signals)
         self._perform(self.taker.tick(self.st.now()))
+
+    def _on_voiced(self, end_ms: float) -> None:
+        """A batching VAD's window that goes on with speech already begun (a lone ``voiced``
+        signal ending at ``end_ms``: what :meth:`_on_vad_later` does with it, without the list)."""
+        now = self.st.now()
+        taker = self.taker
+        actions = taker.speech_continues(now)
+        if actions:
+            self._perform(actions)
+            now = self.st.now()
+        actions = taker.tick(now)
+        if actions:
+            self._perform(actions)
 
     async def _watch_line(self) -> None:
         """The call clock's own ticks: the turn timers fire at their deadlines, and a line with

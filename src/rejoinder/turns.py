@@ -72,6 +72,7 @@ Policy (defaults in :class:`TurnPolicy`):
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -86,6 +87,9 @@ class State(enum.Enum):
     USER_PAUSED = "user_paused"
     THINKING = "thinking"
     SPEAKING = "speaking"
+
+
+_NO_ACTIONS: list = []  # nothing to do (shared: never appended to)
 
 
 class IdlePolicy(BaseModel):
@@ -295,6 +299,9 @@ class TurnTaker:
         self._idle_since: float | None = None  # when the caller's silence started to count
         self._reprompted = False  # a reprompt was said since the caller last took a turn
         self.goodbye_turn: int | None = None  # the turn saying goodbye (the call ends after it)
+        idle = self.policy.idle  # the shortest idle wait (ms): no idle action comes sooner
+        waits = [w for w in (idle.reprompt_ms, idle.hangup_ms) if w is not None]
+        self._idle_soonest = min(waits) if idle.reprompt_ms is not None else math.inf
 
     # --- observations -------------------------------------------------------------------
     def speech_onset(self, at_ms: float, now: float) -> list[Action]:
@@ -440,15 +447,20 @@ class TurnTaker:
 
     def tick(self, now: float) -> list[Action]:
         """Time passes: the model's verdict after ``pause_ms``, the silence timeout, and the idle
-        reprompt / hang-up."""
-        if self.state is State.USER_PAUSED:
+        reprompt / hang-up. Called every frame: with nothing to do it returns a shared empty
+        list (never append to a result)."""
+        state = self.state
+        if state is State.USER_PAUSED:
             wait = self._model_wait()
             if wait is not None and now >= wait:
                 return self._decide(now)
             return self._timeouts(now)
-        if self.state is State.LISTENING and self._speech_since is None:
+        if state is State.LISTENING and self._speech_since is None:
+            since = self._idle_since
+            if since is not None and now - since < self._idle_soonest:  # (most frames)
+                return _NO_ACTIONS
             return self._idle(now)
-        return []
+        return _NO_ACTIONS
 
     def _limit(self) -> float:
         """The silence timeout of this pause: ``digit_hold_ms`` while a number is being read out

@@ -83,8 +83,13 @@ class VadTracker:
         self._batched = hasattr(vad, "submit")
         #: called with the signals of windows judged later (a batching VAD); set by the session
         self.on_signals: Callable[[list[VadSignal]], None] | None = None
+        #: a batching VAD's window that goes on with speech already begun (a lone "voiced"
+        #: signal, its end in ms): called instead of :attr:`on_signals` when set, with no list
+        self.on_voiced: Callable[[float], None] | None = None
         if self._batched:
             vad.bind(self._on_prob)  # type: ignore[attr-defined]
+            sub = getattr(vad, "submitter", None)
+            self._submit = sub() if sub is not None else vad.submit  # type: ignore[attr-defined]
 
     def reset(self) -> None:
         self.vad.reset()
@@ -103,7 +108,21 @@ class VadTracker:
     def _on_prob(self, p: float, start_ms: float) -> None:
         """A batching VAD's answer for the window that started at ``start_ms``."""
         self.last_prob = p
-        if self._silence_goes_on(p):  # most windows of a call: no signal, no list
+        if self.speaking:
+            if p >= self.threshold and p >= self.neg_threshold:  # speech goes on: no list
+                self._silent_ms = 0.0
+                self._last_voiced_end = end_ms = start_ms + self.window_ms
+                if self._run_start is None:
+                    self._run_start = start_ms
+                if self.on_voiced is not None:
+                    self.on_voiced(end_ms)
+                elif self.on_signals is not None:
+                    self.on_signals([VadSignal("voiced", end_ms)])
+                return
+        elif (p < self.neg_threshold and p < self.threshold and self._run_start is None
+              and self._silent_ms < 0.0):  # a long silence goes on (most windows): nothing moves
+            return
+        elif self._silence_goes_on(p):  # silence: no signal, no list
             return
         out: list[VadSignal] = []
         self._judge(p, start_ms, out)
@@ -145,7 +164,7 @@ class VadTracker:
             raw = buf[pos:pos + win]
             pos += win
             if self._batched:
-                self.vad.submit(raw, self._scale, start_ms)  # type: ignore[attr-defined]
+                self._submit(raw, self._scale, start_ms)
             else:
                 w = raw if self._scale == 1.0 else np.multiply(raw, self._scale, out=self._win)
                 p = self.vad.speech_prob(w)
@@ -176,7 +195,7 @@ class VadTracker:
             start_ms = origin + k * ms_per_sample
             k += win
             if self._batched:
-                self.vad.submit(raw, scale, start_ms)  # type: ignore[attr-defined]
+                self._submit(raw, scale, start_ms)
             else:
                 p = self.vad.speech_prob(np.multiply(raw, scale, out=self._win))
                 self.last_prob = p

@@ -33,6 +33,7 @@ rows at once: a per-window ``int16 × scale`` costs ≈ 3 µs on the reference b
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from typing import Callable, Protocol
@@ -240,6 +241,11 @@ class BatchedVAD:
 
     def submit(self, raw: np.ndarray, scale: float, start_ms: float) -> None:
         self._b.submit(self.slot, raw, scale, start_ms)
+
+    def submitter(self) -> Callable[[np.ndarray, float, float], None]:
+        """:meth:`submit` bound to this stream's slot with no Python frame of its own (the
+        tracker calls it once per window); valid until :meth:`close`."""
+        return functools.partial(self._b.submit, self.slot)
 
     def reset(self) -> None:
         self._b.reset(self.slot)

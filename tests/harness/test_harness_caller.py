@@ -66,3 +66,23 @@ def test_truth_is_the_voiced_span_and_onsets_are_sample_accurate():
     assert abs(start - (200 + 100)) <= 1  # the first voiced sample, after 100 ms of leading silence
     assert abs(end - (200 + 600)) <= 1
     assert c.heard_onsets == [1400 + 1000 * 37 / 16000]
+
+
+def test_a_cue_waited_for_moves_with_agent_speech_heard_while_waiting():
+    # the caller's first turn (from 500 ms) ends at 900 ms; the agent talks 1000–1400 ms, pauses, and talks
+    # again 1600–1800 ms: the second turn is cued 500 ms after the *last* word heard (2300 ms),
+    # not after the first stretch (1900 ms), though the frames in between skip the cue check
+    loud = np.full(FRAME, 5000, np.int16)
+
+    def agent(t):
+        return loud if 1000 <= t < 1400 or 1600 <= t < 1800 else np.zeros(FRAME, np.int16)
+
+    c = SimulatedCaller([turn(tone(400)), turn(tone(300), after_agent_ms=500)], tail_ms=300)
+    drive(c, 4000, agent)
+    assert [(x["cue"], x["at_ms"]) for x in c.cues] == [("start", 500.0), ("after_agent", 2300.0)]
+
+
+def test_a_cue_due_at_a_frame_boundary_falls_on_that_frame():
+    c = SimulatedCaller([turn(tone(400)), turn(tone(300), at_ms=1000.0)], tail_ms=300)
+    drive(c, 3000)
+    assert [(x["cue"], x["at_ms"]) for x in c.cues] == [("start", 500.0), ("at", 1000.0)]

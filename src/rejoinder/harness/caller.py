@@ -17,6 +17,7 @@ no ground truth; neither does a turn of ``kind: noise`` (babble, a cough): it is
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -181,6 +182,7 @@ class SimulatedCaller:
         self.speech_runs: list[tuple[int, float, float]] = []
         self.cues: list[dict] = []  # {"turn", "cue", "at_ms", "missed"}
         self._heard_prev = False
+        self._quiet_until = -math.inf  # no cue can fall due before this (ms; see _cue)
         self.cpu_s = 0.0
         self.done = False
         self.last_peak = 0  # peak |sample| of the last frame said (int16 units)
@@ -190,25 +192,36 @@ class SimulatedCaller:
 
     def _cue(self, now: float) -> str | None:
         """The cue that starts the next turn now (``"at"``, ``"start"``, ``"barge_in"``,
-        ``"after_agent"``) or ``"timeout"`` when the agent never spoke; None to keep waiting."""
+        ``"after_agent"``) or ``"timeout"`` when the agent never spoke; None to keep waiting
+        (then :attr:`_quiet_until` is when the awaited cue falls due, unless the caller hears
+        the agent first: :meth:`hear` clears it)."""
         turn = self.turns[self.next_turn]
         spec = turn.spec
         if spec.at_ms is not None:
-            return "at" if now >= spec.at_ms else None
+            return "at" if now >= spec.at_ms else self._wait(spec.at_ms)
         if self.next_turn == 0 and spec.after_agent_ms is None and spec.barge_in_ms is None:
             if not self.greeting:
-                return "start" if now >= self.start_ms else None
+                return "start" if now >= self.start_ms else self._wait(self.start_ms)
             if self._agent_last_heard is None:
-                return "start" if now >= self.start_ms + 3000.0 else None
+                return "start" if now >= self.start_ms + 3000.0 else self._wait(self.start_ms + 3000.0)
         if spec.barge_in_ms is not None:
             if self._agent_first_heard is not None:
-                return "barge_in" if now - self._agent_first_heard >= spec.barge_in_ms else None
+                return ("barge_in" if now - self._agent_first_heard >= spec.barge_in_ms
+                        else self._wait(self._agent_first_heard + spec.barge_in_ms))
         else:
             wait = spec.after_agent_ms if spec.after_agent_ms is not None else 600.0
             if self._agent_last_heard is not None:
-                return "after_agent" if now - self._agent_last_heard >= max(wait, 300.0) else None
+                wait = max(wait, 300.0)
+                return ("after_agent" if now - self._agent_last_heard >= wait
+                        else self._wait(self._agent_last_heard + wait))
         if now - self._last_turn_end >= self.no_reply_timeout_ms:  # the agent never answered
             return "timeout"
+        return self._wait(self._last_turn_end + self.no_reply_timeout_ms)
+
+    def _wait(self, due_ms: float) -> None:
+        """No cue before ``due_ms``: frames until just before it skip :meth:`_cue` (the cue
+        itself is still decided there, by its own comparison)."""
+        self._quiet_until = due_ms - 1e-3
         return None
 
     def next_frame(self, now: float) -> np.ndarray:
@@ -216,6 +229,10 @@ class SimulatedCaller:
         t0 = time.perf_counter()
         cur = self._cur
         if cur is None:
+            if now < self._quiet_until:  # waiting for a cue that is not due yet (most frames)
+                self.last_peak = 0
+                self.cpu_s += time.perf_counter() - t0
+                return self._silence
             cue = self._cue(now) if self.next_turn < len(self.turns) else None
             if cue is None:
                 if self.next_turn >= len(self.turns):
@@ -233,6 +250,7 @@ class SimulatedCaller:
             self._last_turn_end = now + 1000.0 * len(pcm) / RATE
             self._agent_first_heard = None
             self._agent_last_heard = None
+            self._quiet_until = -math.inf
             if len(pcm) < FRAME:  # the turn's last, partial frame
                 pad = self._pad
                 pad[:len(pcm)] = pcm
@@ -285,6 +303,7 @@ class SimulatedCaller:
             if self._agent_first_heard is None:
                 self._agent_first_heard = now
             self._agent_last_heard = now + 20.0
+            self._quiet_until = -math.inf  # the awaited cue moves
             self.heard_ms += 20.0
         else:
             self._heard_prev = False

@@ -199,6 +199,8 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
     last = [0.0]
     ender, playout = session.ender, session.playout
     next_frame, push, tick, hear, observe = caller.next_frame, live.push, live.tick, caller.hear, over.observe
+    level = min(over.level, caller.level)  # under it on both sides: a quiet frame
+    was_loud = [False]
 
     def step(t: float) -> object:
         """One 20 ms frame at call-clock ``t`` (runs 50 times a second per call: kept lean)."""
@@ -214,8 +216,12 @@ async def run_call(turns, stack: Stack, agent: Agent, *, ctx: CallContext | None
         push(frame, t)
         heard, _ = tick(t)
         peak = playout.last_peak
-        hear(heard, t, peak)
-        observe(frame, heard, t, caller.last_peak, peak)
+        said = caller.last_peak
+        loud = peak >= level or said >= level
+        if loud or was_loud[0]:  # skipped while both sides stay quiet: neither would change
+            hear(heard, t, peak)
+            observe(frame, heard, t, said, peak)
+        was_loud[0] = loud
         if rec:
             rec.write(frame, heard)
         last[0] = t + FRAME_MS
