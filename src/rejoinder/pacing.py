@@ -6,7 +6,8 @@ event loop's work. :class:`Pacer` instead keeps one timer for the whole process.
 registers a *lane* — a synchronous ``step(t_ms)`` callback on the call's own clock — and the pacer
 wakes once per grid point (every ``frame_ms`` on its own clock), calls every lane that is due, in
 registration order, and then runs its ``after_tick`` hooks once (the cross-call VAD batch is
-not one: it runs right after the tick, as an event-loop callback, :mod:`rejoinder.vadbatch`). A lane's frames are placed on the pacer's grid: its first frame is the first grid point
+not one: it runs right after the tick, as an event-loop callback, :mod:`rejoinder.vadbatch`).
+A lane's frames are placed on the pacer's grid: its first frame is the first grid point
 at or after it was added, and frame *k* is due exactly ``k × frame_ms`` later (integer frame
 count times the period, so there is no drift however long the call).
 

@@ -69,9 +69,10 @@ def test_truth_is_the_voiced_span_and_onsets_are_sample_accurate():
 
 
 def test_a_cue_waited_for_moves_with_agent_speech_heard_while_waiting():
-    # the caller's first turn (from 500 ms) ends at 900 ms; the agent talks 1000–1400 ms, pauses, and talks
-    # again 1600–1800 ms: the second turn is cued 500 ms after the *last* word heard (2300 ms),
-    # not after the first stretch (1900 ms), though the frames in between skip the cue check
+    # the caller's first turn (from 500 ms) ends at 900 ms; the agent talks 1000–1400 ms,
+    # pauses, and talks again 1600–1800 ms: the second turn is cued 500 ms after the *last*
+    # word heard (2300 ms), not after the first stretch (1900 ms), though the frames in
+    # between skip the cue check
     loud = np.full(FRAME, 5000, np.int16)
 
     def agent(t):

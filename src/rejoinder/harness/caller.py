@@ -203,7 +203,8 @@ class SimulatedCaller:
             if not self.greeting:
                 return "start" if now >= self.start_ms else self._wait(self.start_ms)
             if self._agent_last_heard is None:
-                return "start" if now >= self.start_ms + 3000.0 else self._wait(self.start_ms + 3000.0)
+                due = self.start_ms + 3000.0
+                return "start" if now >= due else self._wait(due)
         if spec.barge_in_ms is not None:
             if self._agent_first_heard is not None:
                 return ("barge_in" if now - self._agent_first_heard >= spec.barge_in_ms
