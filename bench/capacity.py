@@ -36,9 +36,11 @@ in fewer runs.
 
 ``--arms`` compares code versions in one run, level by level, alternating (A1 B1 A10 B10 …), so
 both see the same machine load: ``branch`` is this checkout's ``src``; ``main`` is a git worktree
-of ``--main-commit`` (default d8a83b0, made under ``/tmp`` if missing). Main's frame loops are
-per-call ``asyncio.sleep`` timers, measured with a probe clock; the branch's are lanes of the
-process's shared pacer (:mod:`rejoinder.pacing`), whose own frame-age histogram is read.
+of ``--main-commit`` (default 36d5ede, main of 2026-12-03, made under ``/tmp`` if missing;
+d8a83b0, the default until 2026-12-07, predates the harness module the child imports). An arm
+with the process's shared pacer (:mod:`rejoinder.pacing`) has the pacer's own frame-age
+histogram read; an older one, whose frame loops are per-call ``asyncio.sleep`` timers, is
+measured with a probe clock.
 
     PYTHONPATH=src .venv/bin/python bench/capacity.py [--levels 1,100,250,500,1000]
         [--arms main,branch] [--vad zero|silero] [--seconds 12] [--warm-seconds 0] [--json]
@@ -272,7 +274,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", default="1,100,250,500,750,1000")
     ap.add_argument("--arms", default="main,branch")
-    ap.add_argument("--main-commit", default="d8a83b0")
+    ap.add_argument("--main-commit", default="36d5ede")
     ap.add_argument("--vad", choices=["zero", "silero"], default="zero")
     ap.add_argument("--seconds", type=float, default=12.0, help="measured seconds per level")
     ap.add_argument("--stagger", type=float, default=3.0, help="seconds over which calls start")

@@ -112,7 +112,12 @@ def test_early_pause_must_not_come_after_pause_ms():
     ("I want to check my order...", False, True, False), ("So, um,", False, True, False),
     ("I was wondering", False, False, False), ("Hello,", True, False, False),
     ("Yeah, it's.", False, True, False), ("The number is.", False, True, False),
-    ("Yes, that's it.", True, False, False), ("It ought to be.", False, True, False)])
+    ("Yes, that's it.", True, False, False), ("It ought to be.", False, True, False),
+    # a lead-in alone goes on ("Actually," a pause, "what about my other order?": a real-speech
+    # call cut off there, 2026-12-07); after other words it is an ordinary last word
+    ("Actually", False, True, False), ("Actually.", False, True, False),
+    ("So, well.", False, True, False), ("I'll keep it, actually.", True, False, False),
+    ("So?", True, False, True)])
 def test_transcript_reading(text, complete, dangling, decisive):
     r = read_transcript(text)
     assert (r.complete, r.dangling, r.decisive) == (complete, dangling, decisive)

@@ -149,6 +149,42 @@ def test_every_prefix_of_a_grouped_number_holds_and_the_whole_does_not(grouping,
     assert not number_open(context + sep.join(written) + ".", pauses=tuple(marks))
 
 
+@given(st.sampled_from([(3, 3, 4), (1, 3, 3, 4), (4, 4, 4, 4), (3, 4)]), st.data())
+def test_a_group_still_being_read_holds_even_at_an_expected_length(grouping, data):
+    """With the caller's pauses known, a number whose last group is shorter than its place in
+    the grouping is open at any digit count: 415 862 3 of 415 862 3079 has seven digits, the
+    length of a local number, but the caller paused after 3 and 6 digits, so a 3-3-4 number is
+    being read (a real-speech suite call was cut off there, 2026-12-07)."""
+    marks = [sum(grouping[:k]) for k in range(1, len(grouping))]
+    total = sum(grouping)
+    n = data.draw(st.integers(marks[0] + 1, total - 1))  # past the first pause
+    context = "my card number is " if grouping == (4, 4, 4, 4) else "my phone number is "
+    digits = " ".join("7" for _ in range(n))
+    assert number_open(context + digits + ".", pauses=tuple(m for m in marks if m < n))
+    assert not number_open(context + " ".join("7" for _ in range(total)) + ".", pauses=tuple(marks))
+
+
+def test_a_partial_group_is_open_only_against_its_own_grouping():
+    # the cut-off case: 3-3 then one digit of the last group
+    assert number_open("Telephone number 4, 1, 5, 8, 6, 2, 3.", pauses=(3, 6))
+    assert not number_open("Telephone number 4, 1, 5, 8, 6, 2, 3, 0, 7, 9.", pauses=(3, 6))
+    # a local number read 3-4 is complete at seven; an order number read 2-2 at four
+    assert not number_open("555 0101", "What's the phone number on the account?", pauses=(3,))
+    assert not number_open("42 17", pauses=(2,))
+
+
+@pytest.mark.parametrize("text,announces", [
+    ("Telephone number", True), ("and my order number", True), ("the zip code", True),
+    ("My card number,", True), ("Telephone number.", True), ("My order number.", True),
+    # a sentence that ends, a number already begun, or no kind of number named
+    ("I lost my order number.", False), ("What's my order number?", False),
+    ("Telephone number 4 1 5", False), ("I want to check my order", False),
+    ("Pick a number", False), ("", False)])
+def test_a_number_named_but_not_yet_read(text, announces):
+    from rejoinder.dictation import announces_number
+    assert announces_number(text) is announces
+
+
 def test_written_groups_hold_without_pauses_known():
     assert number_open("1 800") and number_open("1 800 555") and not number_open("1 800 555 0101")
     # written one digit at a time, "1 8 0 0" is four digits: complete unless the pause is known

@@ -30,6 +30,15 @@ def test_a_dangling_ending_is_not_drafted():
     assert v.fits and not v.drafts
 
 
+def test_a_number_named_and_a_lead_in_alone_dangle():
+    # real-speech suite calls cut off at these pauses (2026-12-07): the caller said
+    # "Telephone number", 300 ms of silence, then the digits; "Actually", then the question
+    for text in ("Telephone number", "Telephone number.", "Actually"):
+        v = judge_pause(900.0, heard(text), POLICY)
+        assert v.reading.dangling and not v.reading.complete and not v.drafts
+    assert not judge_pause(900.0, heard("I lost my order number."), POLICY).reading.dangling
+
+
 def test_a_phone_number_half_read_holds():
     v = judge_pause(2100.0, heard("My phone number is 415 555"), POLICY)
     assert v.held and v.reading.number_open

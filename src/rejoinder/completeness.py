@@ -7,8 +7,9 @@ Smart Turn hears prosody; the speculative transcript (Whisper punctuates) tells 
 * ``complete``: it ends with ``?`` or ``!``, or with ``.`` after a last word that needs no
   continuation (not an ellipsis), or it is a closed phrase ("hello", "thank you", "that's all");
 * ``dangling``: it ends mid-phrase — a trailing conjunction, article, preposition, possessive or
-  hesitation ("… and", "my", "to", "uh") not closed by "?" or "!", a comma or an ellipsis: the caller is very likely to go
-  on, so the model alone must not end the turn;
+  hesitation ("… and", "my", "to", "uh") not closed by "?" or "!", a comma or an ellipsis, or it
+  is only a lead-in ("Actually", "So"): the caller is very likely to go on, so the model alone
+  must not end the turn;
 * ``question``: it ends with a question mark (decisive with ``complete``);
 * ``number_open`` / ``number_complete``: it ends in a number still being read out, or in a whole
   one of an expected format (:mod:`rejoinder.dictation`; the session passes them in, with the
@@ -34,6 +35,10 @@ DANGLING_WORDS = frozenset({
     "it's", "its", "that's", "i'm",
     # ... and a copula before it ("It ought to be." before an order number, 2026-12-05)
     "be"})
+# discourse markers that open what the caller is about to say: a turn made of these alone
+# ("Actually," then a pause, then "what about my other order?") goes on; after other words
+# ("I'll keep it, actually.") they end it as any word does
+LEAD_INS = frozenset({"actually", "so", "well", "anyway", "also", "besides", "plus", "and", "but"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,12 @@ class Reading:
         return self.complete and (self.question or self.number_complete)
 
 
+def _lead_in_only(text: str) -> bool:
+    """True when every word of ``text`` is one of :data:`LEAD_INS` ("Actually", "So, well")."""
+    words = [w.strip(".!?,;:…") for w in text.lower().split()]
+    return bool(words) and all(w in LEAD_INS for w in words)
+
+
 def _last_word(text: str) -> str:
     parts = text.strip().lower().rstrip(".!?,;: ").split()
     return parts[-1] if parts else ""
@@ -67,12 +78,13 @@ def text_complete(text: str) -> bool:
         return True
     if t.endswith(("...", "…")) or not t.endswith((".", "!", "?")):
         return False
-    return t.endswith(("?", "!")) or _last_word(t) not in DANGLING_WORDS
+    return t.endswith(("?", "!")) or not (_lead_in_only(t) or _last_word(t) in DANGLING_WORDS)
 
 
 def dangling(text: str) -> bool:
-    """True when ``text`` ends mid-phrase: an ellipsis, a comma, or a last word from
-    :data:`DANGLING_WORDS` ("I'd like to check my", "4217 and")."""
+    """True when ``text`` ends mid-phrase: an ellipsis, a comma, a last word from
+    :data:`DANGLING_WORDS` ("I'd like to check my", "4217 and"), or only :data:`LEAD_INS`
+    ("Actually")."""
     t = text.strip().lower()
     if not t or t.rstrip(".!?, ") in CLOSED_PHRASES:
         return False
@@ -80,15 +92,17 @@ def dangling(text: str) -> bool:
         return True
     if t.endswith(("?", "!")):  # "Who am I talking to?" is finished
         return False
-    return _last_word(t) in DANGLING_WORDS
+    return _lead_in_only(t) or _last_word(t) in DANGLING_WORDS
 
 
-def read_transcript(text: str, *, number_open: bool = False,
-                    number_complete: bool = False) -> Reading:
+def read_transcript(text: str, *, number_open: bool = False, number_complete: bool = False,
+                    announced: bool = False) -> Reading:
     """:class:`Reading` of ``text`` (a speculative transcript of the turn so far). A number still
-    being read out is never complete nor dangling: it has its own hold (``digit_hold_ms``)."""
+    being read out is never complete nor dangling: it has its own hold (``digit_hold_ms``).
+    ``announced``: the text ends by naming a number not yet read ("Telephone number":
+    :func:`rejoinder.dictation.announces_number`): dangling."""
     t = text.strip()
-    complete = text_complete(t) and not number_open
-    return Reading(complete=complete, dangling=dangling(t) and not number_open,
+    complete = text_complete(t) and not number_open and not announced
+    return Reading(complete=complete, dangling=(dangling(t) or announced) and not number_open,
                    question=t.endswith("?"), number_open=number_open,
                    number_complete=number_complete and not number_open)

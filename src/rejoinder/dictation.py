@@ -10,7 +10,8 @@ them — in the caller's turn, else in what the agent last said ("What's your ph
 to pick the kinds of number that may be meant (:class:`NumberFormat`: context words and
 groupings such as 3-3-4). The number is *open* (still being read out) when no expected length
 has been reached yet, or when the groups heard so far are a proper prefix of a longer grouping
-(15 digits read as 4-4-4-3 of a 4-4-4-4 card). It is *complete* at an expected length, and once
+(15 digits read as 4-4-4-3 of a 4-4-4-4 card), or all but the last are and the last is shorter
+than its group (415 862 3 of a 3-3-4 phone number: seven digits, yet still open). It is *complete* at an expected length, and once
 it is longer than every expected length (nothing left to wait for).
 
 The grouping comes from the caller's pauses when the session knows them (``pauses``: how many
@@ -152,11 +153,15 @@ def number_open(text: str, context: str = "", policy: NumberPolicy | None = None
     if not groupings or n >= max(sum(g) for g in groupings):
         return False
     # the caller's grouping is known: a proper prefix of a longer grouping (415 555 of
-    # 415 555 0101) waits for the rest
+    # 415 555 0101) waits for the rest, and so does a group still being read (415 862 3 of
+    # 415 862 3079: seven digits, but not the 3-4 of a local number)
     groups = _groups(num, pauses)
     if groups is not None:
         k = len(groups)
         if any(len(g) > k and g[:k] == groups for g in groupings):
+            return True
+        if any(len(g) >= k and g[:k - 1] == groups[:-1] and groups[-1] < g[k - 1]
+               for g in groupings):
             return True
     return n not in {sum(g) for g in groupings}
 
@@ -173,6 +178,24 @@ def asks_for_number(agent_said: str, policy: NumberPolicy | None = None) -> bool
     if not {"number", "code", "digits"} & set(words):
         return False
     return _format_for(words, policy or NumberPolicy()) is not None
+
+
+def announces_number(text: str, policy: NumberPolicy | None = None) -> bool:
+    """Whether ``text`` (a caller's transcript so far) ends by naming a kind of number that has
+    not been read yet: "Telephone number", "and my order number" — the digits come next.
+    A format's context word among the last four words and a last word "number", "code" or
+    "digits", with no punctuation after it, or a full stop after a phrase of at most three
+    words ("Telephone number.", "My order number."; Whisper ends a phrase with a full stop at
+    the caller's pause); "I lost my order number." ends a sentence, and a question mark a
+    question: not this."""
+    t = text.strip()
+    if not t or t[-1] in "?!":
+        return False
+    words = tuple(_TOKEN.findall(t.lower()))
+    if not words or (t[-1] == "." and len(words) > 3):
+        return False
+    return (words[-1] in ("number", "code", "digits")
+            and _format_for(words[-4:], policy or NumberPolicy()) is not None)
 
 
 def dictated_digits(text: str) -> int:

@@ -14,7 +14,9 @@ what comes back is a :class:`TextVerdict` that the turn state machine
 * **noise** (:func:`rejoinder.sounds.noise_verdict`): a whole turn that is a low-confidence
   hallucination on background sound is rejected, never answered;
 * **how the text reads** (:func:`rejoinder.completeness.read_transcript`): complete, dangling
-  ("and", "my"), a question, a whole number of three digits or more (decisive).
+  ("and", "my", a lead-in alone such as "Actually", or a number named but not yet read:
+  "Telephone number", :func:`rejoinder.dictation.announces_number`), a question, a whole
+  number of three digits or more (decisive).
 
 :func:`digit_group` says when speech resuming after a long pause closes a digit group.
 :func:`lost_ending` says when the transcript of a longer stretch of the turn lost the words an
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from .completeness import Reading, read_transcript
-from .dictation import DIGIT_WORDS, dictated_digits, number_open
+from .dictation import DIGIT_WORDS, announces_number, dictated_digits, number_open
 from .sounds import Heard, noise_verdict, words
 from .turns import State, TurnPolicy
 
@@ -84,7 +86,8 @@ def judge_pause(end_ms: float, heard: Heard, policy: TurnPolicy, *,
             and len(words(text)) < len(words(previous.heard.text))):
         held = True  # more speech, fewer words: the STT dropped the digits; keep holding
     reading = read_transcript(text, number_open=held,
-                              number_complete=not held and dictated_digits(text) >= DECISIVE_DIGITS)
+                              number_complete=not held and dictated_digits(text) >= DECISIVE_DIGITS,
+                              announced=announces_number(text, policy.numbers))
     return TextVerdict(end_ms, heard, held, noise_verdict(heard, policy.sounds), reading)
 
 
