@@ -11,8 +11,9 @@ to pick the kinds of number that may be meant (:class:`NumberFormat`: context wo
 groupings such as 3-3-4). The number is *open* (still being read out) when no expected length
 has been reached yet, or when the groups heard so far are a proper prefix of a longer grouping
 (15 digits read as 4-4-4-3 of a 4-4-4-4 card), or all but the last are and the last is shorter
-than its group (415 862 3 of a 3-3-4 phone number: seven digits, yet still open). It is *complete* at an expected length, and once
-it is longer than every expected length (nothing left to wait for).
+than its group (415 862 3 of a 3-3-4 phone number: seven digits, yet still open). It is
+*complete* at an expected length, and once it is longer than every expected length (nothing
+left to wait for).
 
 The grouping comes from the caller's pauses when the session knows them (``pauses``: how many
 digits had been read at each earlier pause of at least ``group_pause_ms`` in this turn — "1",
