@@ -158,11 +158,9 @@ def number_open(text: str, context: str = "", policy: NumberPolicy | None = None
     # 415 862 3079: seven digits, but not the 3-4 of a local number)
     groups = _groups(num, pauses)
     if groups is not None:
-        k = len(groups)
-        if any(len(g) > k and g[:k] == groups for g in groupings):
-            return True
-        if any(len(g) >= k and g[:k - 1] == groups[:-1] and groups[-1] < g[k - 1]
-               for g in groupings):
+        k, last = len(groups), groups[-1]
+        if any(len(g) >= k and g[:k - 1] == groups[:-1]
+               and (last < g[k - 1] or (last == g[k - 1] and len(g) > k)) for g in groupings):
             return True
     return n not in {sum(g) for g in groupings}
 
