@@ -31,13 +31,43 @@ def paused(policy: TurnPolicy | None = None, *, end: float = 900, now: float = 9
     return t
 
 
-def test_a_confident_model_ends_the_turn_at_the_first_short_pause():
+def test_a_confident_model_ends_the_turn_as_soon_as_the_words_agree():
+    # the words came first: the model's verdict at the first short pause commits at once
     t = paused()
+    assert t.transcript_result(1, False, False, 1030) == []  # "I was wondering": not complete
     assert t.eot_result(1, 0.95, 1046) == [Commit(1, "model", 0.95, 900)]  # 146 ms after speech
+    # the model came first: it waits for this pause's words, which may say "not done"
+    t = paused()
+    assert t.eot_result(1, 0.95, 1046) == []
+    assert t.next_deadline() == 900 + TurnPolicy().text_wait_ms
+    assert t.transcript_result(1, False, False, 1110) == [Commit(1, "model", 0.95, 900)]
+    # a late STT holds the model back no longer than text_wait_ms of silence
+    t = paused()
+    assert t.eot_result(1, 0.95, 1046) == []
+    assert t.tick(900 + TurnPolicy().text_wait_ms - 1) == []
+    assert t.tick(900 + TurnPolicy().text_wait_ms) == [Commit(1, "model", 0.95, 900)]
+    # text_wait_ms=0: the model alone commits at the short pause, without the words
+    t = paused(TurnPolicy(text_wait_ms=0))
+    assert t.eot_result(1, 0.95, 1046) == [Commit(1, "model", 0.95, 900)]
+
+
+def test_a_lead_in_then_more_words_is_no_cut_off_even_when_the_model_is_sure():
+    # interruption-mid-answer (real speech, 2026-12-07): Smart Turn was 0.97 sure after
+    # "Actually," and committed; the transcript took it back 64 ms later, but the caller's
+    # "what about my other order?" had started in between: a false cut-off on the metric
+    t = paused()
+    assert t.eot_result(1, 0.97, 1046) == []  # no commit before the words
+    assert t.speech_onset(1080, 1144) == []  # the caller goes on: nothing to take back
+    assert t.state is State.USER_SPEAKING
+    assert t.transcript_result(1, False, False, 1150, dangling=True) == []  # stale: ignored
+    assert t.speech_pause(2600, 2696) == [Speculate(1, 2600)]
+    assert t.transcript_result(1, True, False, 2800, question=True) == [
+        Commit(1, "transcript", 0.0, 2600)]
 
 
 def test_a_moderately_sure_model_waits_for_pause_ms_unless_the_words_read_complete():
     t = paused()
+    assert t.transcript_result(1, False, False, 1030) == []  # words in, neither complete nor open
     assert t.eot_result(1, 0.6, 1046) == []
     assert t.next_deadline() == 900 + 160
     assert t.tick(1059) == []
@@ -84,11 +114,14 @@ def test_no_model_only_end_while_a_number_is_read_out():
 
 def test_a_dangling_transcript_takes_back_a_model_commit_and_waits():
     t = paused()
-    assert t.eot_result(1, 0.95, 1046) == [Commit(1, "model", 0.95, 900)]
+    assert t.eot_result(1, 0.95, 1046) == []
+    wait = TurnPolicy().text_wait_ms  # the STT is late: the model alone commits after the wait
+    assert t.tick(900 + wait) == [Commit(1, "model", 0.95, 900)]
     # "I'd like to check my": the caller is not done — nothing has been said yet
-    assert t.transcript_result(1, False, False, 1200, dangling=True) == [CancelReply(1, "incomplete")]
+    assert t.transcript_result(1, False, False, 950 + wait, dangling=True) == [
+        CancelReply(1, "incomplete")]
     assert t.state is State.USER_PAUSED
-    assert t.eot_result(1, 0.95, 1250) == []  # a late verdict of the same pause changes nothing
+    assert t.eot_result(1, 0.95, 1500) == []  # a late verdict of the same pause changes nothing
     # a phrase left open waits longer than the plain silence timeout, as a number read out does
     hold = TurnPolicy().dangling_hold_ms
     assert hold > TurnPolicy().silence_timeout_ms
@@ -573,18 +606,23 @@ def test_bench_summary_blocks_from_calls():
     assert si["tool_turns_longest_silence_ms"]["max"] == 1200 and si["longest_silence_ms"]["n"] == 2
 
 
-async def test_a_confident_commit_inside_a_number_is_retracted_not_a_cut_off():
-    # Smart Turn calls the pause after "415" complete; the transcript shows an open number and
-    # takes the commit back before the caller reads the next group (nothing was said)
+@pytest.mark.parametrize("stt_ms,commits,retractions", [(300.0, 1, 0), (600.0, 2, 1)])
+async def test_a_confident_model_inside_a_number_is_no_cut_off(stt_ms, commits, retractions):
+    # Smart Turn calls the pause after "415" complete. An STT quicker than text_wait_ms shows the
+    # open number before the model may commit alone; a slower one comes after that commit and
+    # takes it back before the caller reads the next group. Nothing is said either way.
     clock = VirtualClock()
-    stack = make_stack(clock, ["4 1 5", "4 1 5 5 5 5", "4 1 5 5 5 5 0 1 0 1."], eot_prob=0.95)
+    stack = make_stack(clock, ["4 1 5", "4 1 5 5 5 5", "4 1 5 5 5 5 0 1 0 1."], eot_prob=0.95,
+                       stt_ms=stt_ms)
+    assert (stt_ms < TurnPolicy().text_wait_ms) == (retractions == 0)
     pcm = np.concatenate([tone(900), silence(1000), tone(900), silence(1000), tone(1200)])
     res = await run_call([turn(pcm)], stack, scripted_agent(), clock=clock, tail_ms=2000)
     [r] = res.turns
     # once the first group showed a number being read, the model alone commits no more
-    assert len(r.commits) == 2 and len(r.retractions) == 1
+    assert len(r.commits) == commits and len(r.retractions) == retractions
     m = res.endpointing_metrics()
-    assert (m["utterances"], m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (1, 0, 0, 1)
+    assert (m["utterances"], m["cut_off"], m["cut_off_in_numbers"], m["retracted"]) == (
+        1, 0, 0, retractions)
     assert m["delays_ms"] == [pytest.approx(r.stamps["eot_decided"] - r.stamps["user_speech_end"])]
     assert len(stack.llm.requests) == 1  # no LLM work on the retracted commits
 

@@ -42,7 +42,9 @@ def make_stack(clock, texts, *, eot_prob=0.9, stt_ms=300.0, tokens=None, lead_si
 async def test_tool_turn_stamps_every_boundary_and_segments_sum_to_v2v():
     clock = VirtualClock()
     stack = make_stack(clock, ["What is the status of order 4217?"], calls=lookup())
-    res = await run_call([turn(tone(800))], stack, scripted_agent(), clock=clock, tail_ms=1500)
+    # text_wait_ms=0: the confident model commits before the words, so both segments show
+    res = await run_call([turn(tone(800))], stack, scripted_agent(), clock=clock, tail_ms=1500,
+                         policy=TurnPolicy(text_wait_ms=0))
     assert res.error is None
     [rec] = res.turns
     for name in ("user_speech_start", "user_speech_end", "eot_decided", "transcript_final",
@@ -427,7 +429,8 @@ async def test_a_turn_ending_in_a_complete_number_is_not_delayed():
         return rec.stamps["eot_decided"] - rec.stamps["user_speech_end"]
     complete, plain, held = (await endpointing("Order 4217."), await endpointing("Hello there."),
                              await endpointing("Order 42"))
-    assert complete == plain < 400
+    # the sure model waits for the words: the first short pause (~100 ms) and the STT (300 ms)
+    assert complete == plain == pytest.approx(100 + 300, abs=10)
     assert held >= TurnPolicy().digit_hold_ms - 40
 
 

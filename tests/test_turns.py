@@ -13,8 +13,15 @@ from rejoinder.vad import VadTracker
 from fakes import AmplitudeVAD
 
 
+def taker(**policy) -> TurnTaker:
+    """A turn-taker whose end-of-turn model commits without waiting for the pause's transcript
+    (``text_wait_ms=0``), so a scripted timeline here needs no transcript to end a turn. The wait
+    for the words is tested in ``test_eot``."""
+    return TurnTaker(TurnPolicy(text_wait_ms=0, **policy))
+
+
 def test_commit_by_model_then_reply_lifecycle():
-    t = TurnTaker()
+    t = taker()
     assert t.speech_onset(100, 164) == [OpenTurn(1, 100)]
     assert t.speech_pause(900, 1060) == [Speculate(1, 900)]
     assert t.eot_result(1, 0.8, 1110) == [Commit(1, "model", 0.8, 900)]
@@ -29,7 +36,7 @@ def test_speech_over_a_filler_reopens_the_turn_until_the_answer_is_audible():
     any once the answer's own words play, holds the reply as before. The greeting (turn 0) is
     never reopened."""
     def audible_filler() -> TurnTaker:
-        t = TurnTaker()
+        t = taker()
         t.speech_onset(100, 164)
         t.speech_pause(900, 1060)  # the caller's last word ends at 900
         t.eot_result(1, 0.8, 1110)
@@ -45,13 +52,13 @@ def test_speech_over_a_filler_reopens_the_turn_until_the_answer_is_audible():
     t = audible_filler()
     t.answer_audible(1)  # "One moment." done, the answer plays
     assert t.speech_onset(1600, 1664) == [Hold(1)]
-    g = TurnTaker()
+    g = taker()
     assert g.agent_initiates() and g.agent_audible(0, 10, filler=True) == []
     assert g.speech_onset(200, 264) == [Hold(0)]
 
 
 def test_timeout_fallback_and_digit_hold():
-    p = TurnPolicy(silence_timeout_ms=900, digit_hold_ms=1400)
+    p = TurnPolicy(silence_timeout_ms=900, digit_hold_ms=1400, text_wait_ms=0)
     t = TurnTaker(p)
     t.speech_onset(0, 64)
     t.speech_pause(1000, 1160)
@@ -66,7 +73,7 @@ def test_timeout_fallback_and_digit_hold():
 
 
 def test_weak_model_plus_complete_transcript_commits():
-    t = TurnTaker(TurnPolicy(eot_threshold=0.5, eot_text_threshold=0.12))
+    t = taker(eot_threshold=0.5, eot_text_threshold=0.12)
     t.speech_onset(0, 64)
     t.speech_pause(500, 660)
     assert t.eot_result(1, 0.2, 700) == []
@@ -74,7 +81,7 @@ def test_weak_model_plus_complete_transcript_commits():
 
 
 def test_open_number_in_transcript_blocks_model_commit():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(500, 660)
     assert t.transcript_result(1, False, True, 800) == []
@@ -83,7 +90,7 @@ def test_open_number_in_transcript_blocks_model_commit():
 
 
 def test_resumed_speech_reopens_same_turn_and_stale_results_are_ignored():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(500, 660)
     t.eot_result(1, 0.9, 700)
@@ -93,7 +100,7 @@ def test_resumed_speech_reopens_same_turn_and_stale_results_are_ignored():
 
 
 def test_overlap_hold_then_backchannel_or_barge_in():
-    p = TurnPolicy(barge_in_ms=400)
+    p = TurnPolicy(barge_in_ms=400, text_wait_ms=0)
     t = TurnTaker(p)
     t.speech_onset(0, 64); t.speech_pause(500, 660); t.eot_result(1, 0.9, 700)
     t.agent_audible(1, 1000)
@@ -113,7 +120,7 @@ def test_sounds_resumed_over_just_before_a_turn_start_that_turn():
     in: the new turn starts at the "6", so the whole number is transcribed; a sound resumed
     over longer ago (or one a turn already followed) starts nothing."""
     join = TurnPolicy().overlap_join_ms
-    t = TurnTaker(TurnPolicy(barge_in_ms=400))
+    t = taker(barge_in_ms=400)
     t.speech_onset(0, 64); t.speech_pause(500, 660); t.eot_result(1, 0.9, 700)
     t.agent_audible(1, 1000)
     t.speech_onset(2000, 2064); t.speech_pause(2300, 2460)
@@ -160,7 +167,7 @@ def test_segments_always_sum_exactly_to_v2v(offsets):
 
 
 def test_a_question_ends_the_turn_even_when_the_model_is_unsure():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(500, 660)
     t.eot_result(1, 0.02, 700)  # synthetic voices confuse Smart Turn's prosody cues
@@ -182,7 +189,7 @@ def _answered(t: TurnTaker, end_ms: float) -> None:
 
 
 def test_a_hallucinated_turn_is_rejected_not_answered():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(1200, 1296)
     assert t.transcript_result(1, True, False, 1340, noise="low_confidence") == []
@@ -196,7 +203,7 @@ def test_a_hallucinated_turn_is_rejected_not_answered():
 
 
 def test_noise_found_after_the_commit_cancels_the_reply():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(400, 560)
     assert t.eot_result(1, 0.9, 600) == [Commit(1, "model", 0.9, 400)]
@@ -206,7 +213,7 @@ def test_noise_found_after_the_commit_cancels_the_reply():
 
 
 def test_a_number_still_being_read_takes_back_a_model_commit():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(2000, 2160)
     assert t.eot_result(1, 0.95, 2210) == [Commit(1, "model", 0.95, 2000)]  # Smart Turn: "done"
@@ -221,13 +228,13 @@ def test_a_number_still_being_read_takes_back_a_model_commit():
 
 
 def test_idle_is_off_by_default():
-    t = TurnTaker()
+    t = taker()
     _answered(t, 5000)
     assert [a for ms in range(5000, 120_000, 500) for a in t.tick(ms)] == []
 
 
 def test_idle_reprompt_then_goodbye_timed_from_the_end_of_playback():
-    t = TurnTaker(TurnPolicy(idle=IdlePolicy(reprompt_ms=4000, hangup_ms=3000)))
+    t = taker(idle=IdlePolicy(reprompt_ms=4000, hangup_ms=3000))
     _answered(t, end_ms=9000)  # a long reply: it finished playing at 9 s, not when generated
     t.tick(9000)
     assert t.tick(12_999) == [] and t.next_deadline() == 13_000
@@ -244,7 +251,7 @@ def test_idle_reprompt_then_goodbye_timed_from_the_end_of_playback():
 
 
 def test_a_caller_who_answers_the_reprompt_starts_idle_over():
-    t = TurnTaker(TurnPolicy(idle=IdlePolicy(reprompt_ms=4000, hangup_ms=3000)))
+    t = taker(idle=IdlePolicy(reprompt_ms=4000, hangup_ms=3000))
     _answered(t, 5000)
     t.tick(5000)
     assert t.tick(9000) == [Reprompt(2)]
@@ -260,7 +267,7 @@ def test_a_caller_who_answers_the_reprompt_starts_idle_over():
 
 
 def test_speaking_over_the_goodbye_keeps_the_call():
-    t = TurnTaker(TurnPolicy(idle=IdlePolicy(reprompt_ms=1000, hangup_ms=1000), barge_in_ms=300))
+    t = taker(idle=IdlePolicy(reprompt_ms=1000, hangup_ms=1000), barge_in_ms=300)
     _answered(t, 2000)
     t.tick(2000)
     t.tick(3000)
@@ -298,14 +305,14 @@ def test_vad_tracker_min_speech_ignores_short_bursts():
 
 
 def test_a_complete_number_ends_the_turn_whatever_the_model_says():
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(2000, 2160)
     t.eot_result(1, 0.03, 2210)  # Smart Turn hears digits read out as unfinished
     assert t.transcript_result(1, True, False, 2500, number_complete=True) == [
         Commit(1, "model+transcript", 0.03, 2000)]
     # without terminal punctuation (Whisper still unsure) it waits for the silence timeout
-    t = TurnTaker()
+    t = taker()
     t.speech_onset(0, 64)
     t.speech_pause(2000, 2160)
     t.eot_result(1, 0.03, 2210)
@@ -344,7 +351,7 @@ def test_a_turn_answering_a_question_for_a_number_waits_for_its_first_transcript
     assert not asks_for_number("Your order 4217 shipped on Friday.")  # not a question
     assert not asks_for_number("What's the order number? I can look it up then.")  # last sentence
     for expect, want in ((False, [Commit(1, "model", 0.95, 400)]), (True, [])):
-        t = TurnTaker()
+        t = taker()
         t.expect_number = expect
         assert t.speech_onset(0, 64) == [OpenTurn(1, 0)]
         t.speech_pause(400, 500)
@@ -353,7 +360,7 @@ def test_a_turn_answering_a_question_for_a_number_waits_for_its_first_transcript
     assert t.transcript_result(1, False, True, 560) == []
     assert t.next_deadline() == 400 + t.policy.digit_hold_ms
     # an answer that is no number commits on its transcript
-    t = TurnTaker()
+    t = taker()
     t.expect_number = True
     t.speech_onset(0, 64)
     t.speech_pause(900, 1000)

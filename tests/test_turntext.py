@@ -39,6 +39,34 @@ def test_a_number_named_and_a_lead_in_alone_dangle():
     assert not judge_pause(900.0, heard("I lost my order number."), POLICY).reading.dangling
 
 
+@pytest.mark.parametrize("text,complete,decisive", [
+    # other-customer-blocked (real speech, 2026-12-07): Whisper wrote "3, 3, 8, 8" with no full
+    # stop, so the turn waited out the 900 ms timeout though Smart Turn gave 0.22 (not a veto)
+    ("3, 3, 8, 8", True, False), ("four two one seven", True, False),
+    ("3, 3, 8, 8.", True, True), ("Order 4217.", True, True),
+    # said as one number, or cut off before a full stop: not complete words
+    ("Where is order 4217", False, False), ("3, 3, 8, 8,", False, False),
+    # too few digits, or a format not yet whole: still being read
+    ("3, 3", False, False), ("My phone number is 4, 1, 5, 8", False, False)])
+def test_a_whole_number_read_digit_by_digit_is_complete_but_decisive_only_after_a_full_stop(
+        text, complete, decisive):
+    r = judge_pause(900.0, heard(text), POLICY).reading
+    assert (r.complete, r.complete and r.number_complete) == (complete, decisive)
+
+
+def test_a_listed_number_ends_the_turn_with_the_model_unless_it_vetoes():
+    from rejoinder.turns import Commit, TurnTaker
+    for p, commits in ((0.22, [Commit(1, "model+transcript", 0.22, 900)]), (0.05, [])):
+        t = TurnTaker()
+        t.speech_onset(100, 164)
+        t.speech_pause(900, 996)
+        r = judge_pause(900.0, heard("3, 3, 8, 8"), POLICY).reading
+        assert t.eot_result(1, p, 1046) == []
+        assert t.transcript_result(1, r.complete, False, 1150,
+                                   number_complete=r.number_complete) == commits
+    assert t.tick(900 + POLICY.silence_timeout_ms) == [Commit(1, "timeout", 0.05, 900)]
+
+
 def test_a_phone_number_half_read_holds():
     v = judge_pause(2100.0, heard("My phone number is 415 555"), POLICY)
     assert v.held and v.reading.number_open
@@ -75,6 +103,14 @@ def test_fewer_words_after_a_held_number_keep_holding():
     done = judge_pause(5200.0, heard("My phone number is 415 555 0101.", 4800.0), POLICY,
                        previous=first)
     assert not done.held and done.reading.complete
+    # digits merged into a group are not digits lost (phone-number-pauses-real, 2026-12-07:
+    # the whole number, written with fewer words, waited out the 1.4 s digit hold)
+    nine = judge_pause(14800.0, heard("Telephone number, 4, 1, 5, 8, 6, 2, 3, 0, 7."), POLICY,
+                       pauses=(3, 6))
+    assert nine.held
+    ten = judge_pause(15600.0, heard("Telephone number, 415, 8, 6, 2, 3, 0, 7, 9."), POLICY,
+                      previous=nine, pauses=(3, 6))
+    assert not ten.held and ten.reading.complete and ten.reading.number_complete
 
 
 def test_noise_is_judged_on_the_recognisers_confidence():

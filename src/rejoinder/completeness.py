@@ -13,7 +13,11 @@ Smart Turn hears prosody; the speculative transcript (Whisper punctuates) tells 
 * ``question``: it ends with a question mark (decisive with ``complete``);
 * ``number_open`` / ``number_complete``: it ends in a number still being read out, or in a whole
   one of an expected format (:mod:`rejoinder.dictation`; the session passes them in, with the
-  agent's last words and the caller's pauses as context).
+  agent's last words and the caller's pauses as context). A whole number ends the turn by
+  itself (decisive) only after a full stop; read out digit by digit without one ("3, 3, 8, 8":
+  Whisper writes no full stop after a list) it is complete words, not decisive, so the
+  end-of-turn model may still veto it (below ``eot_text_threshold``) — and a number said as one
+  word without a full stop ("Where is order 4217") is not complete at all.
 
 The word lists are English and small on purpose: each one is a word after which a finished
 utterance is rare in support calls, not a grammar.
@@ -49,6 +53,7 @@ class Reading:
     dangling: bool
     question: bool
     number_open: bool = False
+    #: it ends in a whole number of an expected format after a full stop (decisive)
     number_complete: bool = False
 
     @property
@@ -96,13 +101,18 @@ def dangling(text: str) -> bool:
 
 
 def read_transcript(text: str, *, number_open: bool = False, number_complete: bool = False,
-                    announced: bool = False) -> Reading:
+                    announced: bool = False, read_out: bool = False) -> Reading:
     """:class:`Reading` of ``text`` (a speculative transcript of the turn so far). A number still
     being read out is never complete nor dangling: it has its own hold (``digit_hold_ms``).
     ``announced``: the text ends by naming a number not yet read ("Telephone number":
-    :func:`rejoinder.dictation.announces_number`): dangling."""
+    :func:`rejoinder.dictation.announces_number`): dangling. ``read_out``: the whole number it
+    ends with was read digit by digit (:func:`rejoinder.dictation.read_digit_by_digit`): complete
+    without a full stop, but decisive only with one (``number_complete`` in the result)."""
     t = text.strip()
-    complete = text_complete(t) and not number_open and not announced
+    whole = number_complete and not number_open
+    punctuated = text_complete(t)
+    listed = whole and read_out and not punctuated and not dangling(t)
+    complete = (punctuated or listed) and not number_open and not announced
     return Reading(complete=complete, dangling=(dangling(t) or announced) and not number_open,
                    question=t.endswith("?"), number_open=number_open,
-                   number_complete=number_complete and not number_open)
+                   number_complete=whole and not listed)

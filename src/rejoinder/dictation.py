@@ -185,16 +185,24 @@ def announces_number(text: str, policy: NumberPolicy | None = None) -> bool:
     A format's context word among the last four words and a last word "number", "code" or
     "digits", with no punctuation after it, or a full stop after a phrase of at most three
     words ("Telephone number.", "My order number."; Whisper ends a phrase with a full stop at
-    the caller's pause); "I lost my order number." ends a sentence, and a question mark a
+    the caller's pause; words as written, so Whisper's "Call-a-phone number." for "Telephone
+    number" is two); "I lost my order number." ends a sentence, and a question mark a
     question: not this."""
     t = text.strip()
     if not t or t[-1] in "?!":
         return False
     words = tuple(_TOKEN.findall(t.lower()))
-    if not words or (t[-1] == "." and len(words) > 3):
+    if not words or (t[-1] == "." and len(t.split()) > 3):
         return False
     return (words[-1] in ("number", "code", "digits")
             and _format_for(words[-4:], policy or NumberPolicy()) is not None)
+
+
+def read_digit_by_digit(text: str) -> bool:
+    """True when ``text`` ends in a number written one digit per word, at least two of them
+    ("3, 3, 8, 8", "four two one seven"): a number read out, not said as one ("4217")."""
+    num = trailing_number(text)
+    return num is not None and len(num.groups) >= 2 and all(g == 1 for g in num.groups)
 
 
 def dictated_digits(text: str) -> int:

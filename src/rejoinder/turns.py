@@ -23,10 +23,16 @@ Policy (defaults in :class:`TurnPolicy`):
 
   - the end-of-turn model's probability ≥ ``eot_confident`` (0.9): at once, at the short pause;
     ≥ ``eot_threshold`` (0.5): once the silence reaches ``pause_ms`` (160 ms) or the transcript
-    reads complete (``"model"``) — but never on the model alone while the turn's last transcript
-    ended in a number still being read out (:mod:`rejoinder.dictation`), nor before the first
-    transcript of a turn that answers the agent's question for a number ("What's the order
-    number?": Smart Turn was 0.95 sure at the pause after the first digit of "8 8 1 4");
+    reads complete (``"model"``) — in both cases only once this pause's transcript has come (or
+    the silence has reached ``text_wait_ms``, 500 ms: a late STT), so that its words can still
+    say the caller is not done: Smart Turn was 0.97 sure after "Actually," and the caller's
+    "what about my other order?" began 64 ms before the transcript took that commit back, a
+    false cut-off on the metric. The reply needs the transcript anyway, so the wait costs no
+    V2V; the STT's time then shows inside ``endpointing``. Never on the model alone while the
+    turn's last transcript ended in a number still being read out (:mod:`rejoinder.dictation`),
+    nor before the first transcript of a turn that answers the agent's question for a number
+    ("What's the order number?": Smart Turn was 0.95 sure at the pause after the first digit
+    of "8 8 1 4");
   - the speculative transcript reads complete (terminal punctuation, a closed phrase; not a
     trailing "and"/"the", not mid-number: :mod:`rejoinder.completeness`) and the model's
     probability ≥ ``eot_text_threshold``, or the transcript is *decisive* (ends with a question
@@ -40,9 +46,9 @@ Policy (defaults in :class:`TurnPolicy`):
     pause's transcript has not come yet and the turn's last one did (a slow STT on a loaded CPU
     must not turn the digit hold into the shorter timeout).
 
-  A commit made on the model alone is taken back when the transcript then shows the caller is
-  not done (a *dangling* ending such as "and" or "my", or an open number): the reply waits for
-  the transcript, so nothing has been said yet.
+  A commit made on the model alone (the STT later than ``text_wait_ms``) is taken back when the
+  transcript then shows the caller is not done (a *dangling* ending such as "and" or "my", or an
+  open number): the reply waits for the transcript, so nothing has been said yet.
 * Speech that resumes before the reply is audible reopens the *same* turn (its reply is cancelled):
   two transcripts close together get one reply, never two. So does speech while only a filler
   of the reply has played ("One moment." before a tool round, :class:`rejoinder.reply.FillerPolicy`):
@@ -126,6 +132,11 @@ class TurnPolicy(BaseModel):
     eot_threshold: float = Field(0.5, ge=0, le=1, description="end-of-turn probability to commit")
     eot_confident: float = Field(0.9, ge=0, le=1, description="end-of-turn probability that ends "
                                  "the turn at the first short pause, without waiting for pause_ms")
+    text_wait_ms: float = Field(500, ge=0, description="silence up to which a commit on the "
+                                "end-of-turn model alone waits for the pause's transcript, so the "
+                                "words can still say the caller is not done (\"Actually,\" at "
+                                "p 0.97); after it a late STT no longer holds the model back; "
+                                "0: never waits")
     eot_text_threshold: float = Field(0.12, ge=0, le=1, description="lower probability that commits "
                                       "when the speculative transcript also reads as complete")
     silence_timeout_ms: float = Field(900, gt=0, description="silence after which the turn ends anyway")
@@ -413,8 +424,9 @@ class TurnTaker:
             return None
         pol, p = self.policy, self._eot_prob
         if p is not None and p >= pol.eot_threshold:
-            if self._dictating and not self._text_known:
-                return None  # a number is being read out: wait for this pause's transcript
+            if not self._text_known and (self._dictating
+                                         or now - self.last_voiced_ms < pol.text_wait_ms):
+                return None  # wait for this pause's transcript: its words may say "not done"
             if (self._text_complete or p >= pol.eot_confident
                     or now - self.last_voiced_ms >= pol.pause_ms):
                 return self._commit("model", p)
@@ -428,12 +440,14 @@ class TurnTaker:
         return None
 
     def _model_wait(self) -> float | None:
-        """When the model's pending verdict commits by itself (end of ``pause_ms``), or None."""
-        p = self._eot_prob
-        if (self.state is State.USER_PAUSED and p is not None and p >= self.policy.eot_threshold
+        """When the model's pending verdict commits by itself (end of ``pause_ms``, or of
+        ``text_wait_ms`` while this pause's transcript has not come), or None."""
+        p, pol = self._eot_prob, self.policy
+        if (self.state is State.USER_PAUSED and p is not None and p >= pol.eot_threshold
                 and not self._ends_in_digit and not self._dangling
                 and not (self._dictating and not self._text_known)):
-            return self.last_voiced_ms + self.policy.pause_ms
+            wait = pol.pause_ms if self._text_known else max(pol.pause_ms, pol.text_wait_ms)
+            return self.last_voiced_ms + wait
         return None
 
     def hold_for_digits(self, turn_id: int, now: float) -> list[Action]:

@@ -16,7 +16,8 @@ what comes back is a :class:`TextVerdict` that the turn state machine
 * **how the text reads** (:func:`rejoinder.completeness.read_transcript`): complete, dangling
   ("and", "my", a lead-in alone such as "Actually", or a number named but not yet read:
   "Telephone number", :func:`rejoinder.dictation.announces_number`), a question, a whole
-  number of three digits or more (decisive).
+  number of three digits or more (decisive after a full stop; read digit by digit without one,
+  "3, 3, 8, 8", complete words the end-of-turn model may still veto).
 
 :func:`digit_group` says when speech resuming after a long pause closes a digit group.
 :func:`lost_ending` says when the transcript of a longer stretch of the turn lost the words an
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 
 from .completeness import Reading, read_transcript
-from .dictation import DIGIT_WORDS, announces_number, dictated_digits, number_open
+from .dictation import (DIGIT_WORDS, announces_number, dictated_digits, number_open,
+                        read_digit_by_digit)
 from .sounds import Heard, noise_verdict, words
 from .turns import State, TurnPolicy
 
@@ -83,11 +85,14 @@ def judge_pause(end_ms: float, heard: Heard, policy: TurnPolicy, *,
     text = heard.text
     held = number_still_open(text, policy, agent_said=agent_said, pauses=pauses)
     if (not held and previous is not None and previous.held
-            and len(words(text)) < len(words(previous.heard.text))):
-        held = True  # more speech, fewer words: the STT dropped the digits; keep holding
+            and len(_tokens(text)) < len(_tokens(previous.heard.text))):
+        # more speech, fewer words (digits one by one: "415, 8, 6" after "4, 1, 5, 8" is no
+        # loss): the STT dropped the digits; keep holding
+        held = True
     reading = read_transcript(text, number_open=held,
                               number_complete=not held and dictated_digits(text) >= DECISIVE_DIGITS,
-                              announced=announces_number(text, policy.numbers))
+                              announced=announces_number(text, policy.numbers),
+                              read_out=read_digit_by_digit(text))
     return TextVerdict(end_ms, heard, held, noise_verdict(heard, policy.sounds), reading)
 
 
