@@ -275,3 +275,39 @@ def test_mask_keeps_only_accepted_tokens_and_scans_all_only_when_the_top_k_fail(
     out = mask(np.array([1, 2, 3]), scores.copy())
     assert np.flatnonzero(np.isfinite(out)).tolist() == [yes] and mask.full_scans == 0
     mask.close()
+
+
+def test_a_call_after_a_tool_result_goes_only_to_tools_the_callers_words_ground(grounded_llm):
+    # blind-cancel-friday-consultation-yes (2026-12-07): after the cancellation's result the
+    # model opened a call and wrote lookup_order "1234", which the caller never said
+    engine = grounded_llm.engine
+
+    def request(say: str, *, after_result: bool = True) -> LLMRequest:
+        msgs = (SUPPORT, GREETING, ChatMessage("user", say))
+        if after_result:
+            msgs = msgs + _messages()[3:]
+        return LLMRequest(msgs, tools=TOOLS, temperature=0.0)
+
+    yes = request("Yeah, definitely. Please do, there's no way round it.")
+    follow = engine.follow_up_request(yes)
+    # no order number and no weekday or time said: only the listing is left (every tool still
+    # in the prompt); a step's own allowed tools are narrowed the same way
+    assert [t.name for t in follow.callable_tools()] == ["list_appointments"]
+    assert follow.tools == TOOLS
+    step = LLMRequest(yes.messages, tools=TOOLS, temperature=0.0,
+                      allowed_tools=("lookup_order", "reschedule_appointment"))
+    assert engine.follow_up_request(step) is None
+    # the number said: the lookup stays; a weekday and time: the move too (the request itself)
+    said = request("Order 3602, and move me to Monday at 14:30 please.")
+    assert engine.follow_up_request(said) is said
+    # before any tool result the gate decides, not this rule
+    first = request("Yeah, definitely.", after_result=False)
+    assert engine.follow_up_request(first) is first
+    # with no tool left the reply goes on as text (None), and grounding off keeps every tool
+    only = LLMRequest(yes.messages, tools=TOOLS[:1], temperature=0.0)
+    assert engine.follow_up_request(only) is None
+    try:
+        engine.ground_arguments = False
+        assert engine.follow_up_request(only) is only
+    finally:
+        engine.ground_arguments = True

@@ -29,7 +29,8 @@ from ._gate import LabelGate
 from ._scope import DEFAULT_SCOPE_PROMPT, SCOPE_GRAMMAR, ScopeStep
 from ._grounded import after_tool_result, reply_facts, reply_grammar, reply_vocabulary
 from ._which import ARGUMENT_LEAD, IRREVERSIBLE_MARGIN, ExampleMatcher
-from ._ask import DECLINED_GRAMMAR, DEFAULT_DECLINED_PROMPT, QUESTION_GRAMMAR, ask_note
+from ._ask import (DECLINED_GRAMMAR, DEFAULT_DECLINED_PROMPT, QUESTION_GRAMMAR, ask_note,
+                   missing_arguments)
 from ._kvcache import common_prefix, extend, reuse_shifted
 from ._toolcall import (DEFAULT_TOOL_PROMPT, DEFAULT_TOOL_RESULT_PROMPT, TOOL_CALL_CLOSE,
                         SentinelScanner, argument_sources, call_grammar, check_tool_choice,
@@ -115,7 +116,12 @@ class ChatEngine(ScopeStep, DecideStep):
     argument with a ``pattern`` or an ``enum`` is *grounded* (``ground_arguments``, default on):
     when spans of the caller's last message fit it whole, the value is the one said last
     (:func:`._toolcall.grounded_values`; a self-repair follows what it corrects), otherwise it
-    is sampled under the schema. A text reply to the caller may not end as a copy of the caller's words
+    is sampled under the schema. After a tool result, a call the model opens may only go to a
+    tool whose typed arguments the caller said (:meth:`follow_up_request`): with none, the
+    reply goes on as text (SmolLM2-135M called ``lookup_order`` with a made-up "1234" after
+    reading a cancellation's result, 4 of 4 calls of the blind suite's
+    ``blind-cancel-friday-consultation-yes``, 2026-12-07). A text reply to the caller may not
+    end as a copy of the caller's words
     (``no_echo``, default on, :mod:`._echo`): sampling resumes with the end masked
     (``RequestStats.echo_resumed``). When the gate talks because its tool's typed argument
     was not said (an order number), the reply is one question for it (``ask_missing``, default
@@ -466,6 +472,23 @@ class ChatEngine(ScopeStep, DecideStep):
                 return m.content
         return ""
 
+    def follow_up_request(self, request: LLMRequest) -> LLMRequest | None:
+        """The request a call the model opens in the text of ``request`` is written under: after
+        a tool result (with ``ground_arguments``), only the tools whose required typed arguments
+        the caller's words ground (:func:`._ask.missing_arguments`: the last message, or the one
+        before it as :func:`._toolcall.argument_sources` allows) — the gate's own rule for a
+        first call (narrowing ``allowed_tools``); None when no tool is left. Otherwise
+        ``request`` itself."""
+        if not (self.ground_arguments and after_tool_result(request.messages)):
+            return request
+        said, before = self._caller_said(request), self._caller_before(request)
+        callable_ = request.callable_tools()
+        keep = tuple(t.name for t in callable_
+                     if not missing_arguments(t.parameters or {}, said, before))
+        if not keep:
+            return None
+        return request if len(keep) == len(callable_) else replace(request, allowed_tools=keep)
+
     @staticmethod
     def _caller_before(request: LLMRequest) -> str:
         """The caller's message before their last one ("" when there is none)."""
@@ -506,8 +529,13 @@ class ChatEngine(ScopeStep, DecideStep):
                     self.last_stats.loop_cut = 1
                     return
             if hit in openers and opener == "call":  # an alternative opener: written canonically
+                callable_ = self.follow_up_request(request)
+                if callable_ is None:  # no tool it could call with the caller's words: talk on
+                    yield from self._text(prompt + said, request, stop, opener="stop",
+                                          first=False)
+                    return
                 head = self._tokens(prompt + said + call_open)
-                calls = self._calls(head, request, stop, True, False)
+                calls = self._calls(head, callable_, stop, True, False)
                 if calls:
                     yield from calls
                 elif calls is not None:  # "[]": the model chose no call after all
