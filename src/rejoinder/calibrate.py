@@ -150,6 +150,29 @@ def labelled(agent: Agent) -> list[tuple[str, str | None]]:
     return out
 
 
+def fingerprint(agent: Agent) -> str:
+    """What a threshold fitted on ``agent`` depends on besides the model, as 16 hex digits of a
+    sha256: the gate's few-shot prompt for the agent's tools and talk examples (labels,
+    descriptions, the shots shown) and every labelled calibration utterance (:func:`labelled`,
+    which the leave-one-out matchers also use). :data:`rejoinder.adapters._gate.CALIBRATED_ON`
+    records the reference support agent's at the shipped fits; a test compares them, so a change
+    to its examples or to the gate's prompt asks for a re-fit (``rejoinder calibrate``).
+
+    Raises:
+        ConfigError: the agent has no tools.
+    """
+    import hashlib
+
+    from .adapters._gate import DEFAULT_TALK_EXAMPLES, LabelGate
+
+    tools = tuple(t.schema for t in agent.tools.values())
+    if not tools:
+        raise ConfigError(f"agent {agent.name!r} has no tools: there is nothing to calibrate")
+    gate = LabelGate(tools, (*DEFAULT_TALK_EXAMPLES, *agent.llm.talk_examples))
+    text = gate.prefix + "\n".join(f"{label}\t{say}" for say, label in labelled(agent))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _without(tools: Sequence[ToolSchema], say: str) -> tuple[ToolSchema, ...]:
     return tuple(replace(t, examples=tuple(x for x in t.examples if x != say)) for t in tools)
 

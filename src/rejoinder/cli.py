@@ -184,7 +184,7 @@ def calibrate(agent: Optional[str] = typer.Option(None, help="the agent (default
     """Fit the embedded LLM's tool-gate threshold on the agent's own examples (each tool's
     ``examples``, and ``llm.talk_examples``), scored leave-one-out; prints the threshold to set
     as ``llm: {tool_threshold: …}`` in the agent."""
-    from .calibrate import calibrate as fit
+    from .calibrate import calibrate as fit, fingerprint
     from .config import load_config
     try:
         cfg = load_config(config, agent=agent, tts=None, llm="smollm2")
@@ -203,7 +203,8 @@ def calibrate(agent: Optional[str] = typer.Option(None, help="the agent (default
     except RejoinderError as exc:
         _fail(exc)
     if json_out:
-        print(json.dumps({"agent": the_agent.name, "model": model.model_name, **result.as_dict()}))
+        print(json.dumps({"agent": the_agent.name, "model": model.model_name,
+                          "fingerprint": fingerprint(the_agent), **result.as_dict()}))
         return
     t = Table("utterance", "label", "margin", "gate's tool", "called", title=f"{plain(the_agent.name)} on {plain(model.model_name)}")
     for p in result.points:
@@ -212,7 +213,8 @@ def calibrate(agent: Optional[str] = typer.Option(None, help="the agent (default
     table_console().print(t)
     console.print(f"threshold {result.threshold:.2f}: right tool {result.right_tool:.0%} of "
                   f"{result.positives} tool examples, spurious calls {result.spurious:.0%} of "
-                  f"{result.negatives} talk examples (leave-one-out)")
+                  f"{result.negatives} talk examples (leave-one-out); examples and prompt "
+                  f"fingerprint {fingerprint(the_agent)}")
     print(f"llm: {{tool_threshold: {result.threshold:.2f}}}")
 
 

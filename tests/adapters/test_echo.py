@@ -30,6 +30,14 @@ def test_words_drop_case_and_punctuation_and_join_spoken_digits():
     ("you so", "Thank you so much.", True),
     ("much thank", "Thank you so much.", False),  # not contiguous in order
     ("", "Hello.", False), ("Hello.", "", False), ("...", "Hello.", False),
+    # an acknowledgement, then the caller's words (Qwen2.5-Coder-1.5B, 2026-12-07)
+    ("Got it. I'll set an early alarm for an hour.", "Eh, I'll set an early alarm for an hour.", True),
+    ("Okay, thank you.", "Thank you.", True),
+    ("Sure. 4217.", "4, 2, 1, 7.", True),
+    ("Got it.", "Thank you.", False),  # an acknowledgement alone is no copy
+    ("Okay. Great.", "Great!", False),
+    ("Got it. Your alarm is not something I can set.", "I'll set an alarm.", False),
+    ("Sure, thank you for calling.", "Thank you.", False),
 ])
 def test_echo_is_a_contiguous_run_of_the_callers_words(reply, caller, echo):
     assert is_echo(reply, caller) is echo
@@ -70,7 +78,25 @@ async def test_the_model_does_not_end_a_reply_on_the_callers_words(llama_llm, to
     assert len(guarded.split()) > len(plain.split())
 
 
-async def test_a_reply_after_a_tool_result_or_a_prefix_is_not_checked(llama_llm):
+def test_a_reply_after_the_turns_tool_results_still_answers_the_caller():
+    """The no-echo rule holds after the turn's calls and results (Qwen2.5-Coder-1.5B said a
+    request for a person back word for word after the transfer's result), not after a prefix
+    or an assistant's reply."""
+    from rejoinder.adapters._llama_engine import ChatEngine
+    from rejoinder.ports import ToolCall
+
+    user = ChatMessage("user", "Can I talk to someone?")
+    call = ChatMessage("assistant", "", tool_calls=(ToolCall("c1", "transfer_to_human", {}),))
+    result = ChatMessage("tool", '{"status": "transferred"}', tool_call_id="c1")
+    answers = ChatEngine._answers_caller
+    assert answers(LLMRequest((SUPPORT, GREETING, user)))
+    assert answers(LLMRequest((SUPPORT, GREETING, user, call, result)))
+    assert not answers(LLMRequest((SUPPORT, GREETING, user), prefix="Sure"))
+    assert not answers(LLMRequest((SUPPORT, GREETING, user, ChatMessage("assistant", "Sure."))))
+    assert not answers(LLMRequest((SUPPORT, GREETING)))
+
+
+async def test_a_reply_after_a_prefix_is_not_checked(llama_llm):
     req = LLMRequest((SUPPORT, GREETING, ChatMessage("user", "Hello.")), temperature=0.0,
                      max_tokens=8, prefix="Hello")
     [d async for d in llama_llm.stream(req)]

@@ -286,3 +286,40 @@ async def test_a_patterned_argument_is_copied_from_what_the_caller_said(gate_llm
     else:  # sampled under the pattern: valid, whatever the model chose
         import re
         assert re.fullmatch(r"[0-9]([, -]{0,2}[0-9]){3}", call.arguments["order_id"])
+
+
+def test_the_shipped_thresholds_were_fitted_on_todays_support_agent():
+    """Every threshold in ``CALIBRATED`` was fitted on the support agent's examples and the
+    gate's prompt for them; when either changes, this fails until the models are re-fitted
+    (Qwen2.5-Coder-1.5B's 4.77 outlived its examples: 2.47 on today's)."""
+    from rejoinder import load_agent
+    from rejoinder.adapters._gate import CALIBRATED_ON
+    from rejoinder.calibrate import fingerprint
+
+    assert fingerprint(load_agent("support")) == CALIBRATED_ON, (
+        "the support agent's examples or the gate's prompt changed since the shipped thresholds "
+        "were fitted: re-fit each model of _gate.CALIBRATED with `rejoinder calibrate "
+        "[--llm-model …]`, then set CALIBRATED and CALIBRATED_ON")
+
+
+def test_the_fingerprint_follows_examples_descriptions_and_talk_but_not_instructions():
+    from rejoinder import Agent, tool
+    from rejoinder.calibrate import fingerprint
+
+    def agent(examples=("Where is order 1234?",), doc="Look up an order.",
+              talk=("Nice weather.",), instructions="Be brief."):
+        def lookup_order(order_id: str) -> str:
+            return "shipped"
+        lookup_order.__doc__ = doc
+        return Agent(instructions, tools=[tool(examples=list(examples))(lookup_order)],
+                     llm={"talk_examples": list(talk)})
+
+    base = fingerprint(agent())
+    assert len(base) == 16 and base == fingerprint(agent())
+    assert fingerprint(agent(instructions="Be kind.")) == base
+    changed = {fingerprint(agent(examples=("Where is order 1234?", "Track 9876."))),
+               fingerprint(agent(doc="Find an order by its number.")),
+               fingerprint(agent(talk=("Lovely day.",)))}
+    assert base not in changed and len(changed) == 3
+    with pytest.raises(ConfigError, match="no tools"):
+        fingerprint(Agent("Be brief."))

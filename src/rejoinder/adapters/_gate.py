@@ -69,10 +69,17 @@ DEFAULT_TALK_EXAMPLES: tuple[str, ...] = (
 #: examples (:mod:`rejoinder.app.examples`; before, 4.5 on 20 and 16): right tool 44 % leave-one-
 #: out, 2 of 46 talk examples calling (4.3 %).
 #: Qwen2.5-Coder-1.5B-Instruct Q4_K_M is the file ``bench/qwen_gguf.py 1.5b`` assembles (pinned by
-#: its sha256 there): 4.77, fitted on 2026-12-02 on the examples of then (0 spurious calls, right
-#: tool 90 % leave-one-out); not re-fitted on today's.
+#: its sha256 there): 2.47, fitted on 2026-12-07 on the same 104 tool and 46 talk examples
+#: (``rejoinder calibrate --llm-model …``, 9 min on 2 cores): right tool 75 % leave-one-out, 2 of
+#: 46 talk examples calling (4.3 %). Before, 4.77, fitted on 2026-12-02 on the 20 and 13 examples
+#: of then; on today's examples 4.77 calls the right tool for 71 % and no talk example.
 CALIBRATED: dict[str, float] = {"SmolLM2-135M-Instruct.Q4_1": 4.16,
-                                "qwen2.5-coder-1.5b-instruct-q4_k_m": 4.77}
+                                "qwen2.5-coder-1.5b-instruct-q4_k_m": 2.47}
+#: :func:`rejoinder.calibrate.fingerprint` of the reference support agent that every threshold in
+#: :data:`CALIBRATED` was fitted on (its examples and this gate's prompt for it). A test compares
+#: it with today's agent: when they differ, re-fit each model (``rejoinder calibrate [--llm-model
+#: …]``) and update both. The 1.5B's 4.77 had outlived the examples it was fitted on for a day.
+CALIBRATED_ON = "f6711ae0ef95e2c0"
 
 #: The most examples per tool, and of talk, that the few-shot prompt shows (the first ones
 #: given); the nearest-example matcher (:mod:`._which`) uses them all. Every shot lengthens the

@@ -574,6 +574,22 @@ class ChatEngine(ScopeStep, DecideStep):
         assistant prefix) the reply goes on lazily, else a small model calls again and again."""
         return bool(request.messages) and request.messages[-1].role == "user" and not request.prefix
 
+    @staticmethod
+    def _answers_caller(request: LLMRequest) -> bool:
+        """Whether the reply answers the caller's last message: it comes right after it, or after
+        that turn's tool calls and results, with no assistant prefix. The no-echo rule
+        (:mod:`._echo`) holds for both: after ``transfer_to_human``'s result Qwen2.5-Coder-1.5B
+        said the caller's request back word for word ("Hi, I'd much rather talk this over with an
+        actual member of your team, if that's all right."; ``fresh-team-member-please``,
+        2026-12-07)."""
+        if request.prefix:
+            return False
+        for m in reversed(request.messages):
+            if m.role == "tool" or (m.role == "assistant" and m.tool_calls):
+                continue
+            return m.role == "user"
+        return False
+
     @property
     def eager_decides(self) -> bool:
         """Eager mode decides inside the call (needs the format's empty call list)."""
@@ -590,7 +606,7 @@ class ChatEngine(ScopeStep, DecideStep):
         """
         check_tool_choice(request.tools, request.tool_choice)
         prompt = self.prompt(request)
-        echo = (self._caller_said(request) if self.no_echo and self._after_user(request)
+        echo = (self._caller_said(request) if self.no_echo and self._answers_caller(request)
                 and not request.json_schema else "")
         choice = request.tool_choice if request.tools else "none"
         self.last_stats = RequestStats()
