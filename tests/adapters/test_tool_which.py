@@ -114,26 +114,6 @@ def test_an_irreversible_tool_needs_a_clear_lead_to_be_picked(sims, want):
     assert clear_pick(sims, END, 0.05) == want
 
 
-TEAM = {"lookup_order": 0.134, "list_appointments": 0.138, "reschedule_appointment": -0.003,
-        "transfer_to_human": 0.333, "end_call": 0.306, TALK: 0.157}
-
-
-@pytest.mark.parametrize("sims,uncued,want", [
-    # "…an actual member of your team" (Qwen2.5-Coder-1.5B, 2026-12-07): a goodbye that was not
-    # said is no rival to the transfer's lead
-    (TEAM, (), ("end_call", ("transfer_to_human",))),  # before: the goodbye, withheld, so talk
-    (TEAM, ("end_call",), ("transfer_to_human", ())),
-    # the uncued tool nearest of all stays the pick (the decision then talks)
-    (TEAM, ("transfer_to_human",), ("end_call", ("transfer_to_human",))),
-    ({"end_call": 0.40, "transfer_to_human": 0.30, TALK: 0.10}, ("end_call",), ("end_call", ())),
-    # an uncued tool that is no rival still does not reopen small talk's lead
-    ({"transfer_to_human": 0.33, "end_call": 0.31, TALK: 0.30}, ("end_call",),
-     (None, ("transfer_to_human",))),
-])
-def test_a_tool_the_words_cannot_ask_for_is_no_rival(sims, uncued, want):
-    assert clear_pick(sims, END, 0.05, uncued) == want
-
-
 def test_a_margin_of_zero_keeps_the_nearest():
     assert clear_pick({"transfer_to_human": 0.305, TALK: 0.300}, END, 0.0) == ("transfer_to_human", ())
 

@@ -133,7 +133,7 @@ class DecideStep:
                                           talk=self.talk_veto and not said_all)
             strict = [t.name for t in request.tools if t.irreversible]
             if picked in strict:  # an action that cannot be undone wants a clear nearest
-                picked, aside = clear_pick(sims, strict, self.irreversible_margin, request.withheld)
+                picked, aside = clear_pick(sims, strict, self.irreversible_margin)
             if picked is not None and said_all:  # the values said point at their tool
                 picked = said_pick(sims, picked, said_all, self.argument_lead)
             # None with the talk similarity: a small-talk example lies nearest, so no call
@@ -162,7 +162,7 @@ class DecideStep:
             picked, near = matcher.choose(self._caller_said(request), cands, talk=True)
             strict = [t.name for t in request.tools if t.irreversible]
             if picked in strict:
-                picked, aside = clear_pick(near, strict, self.irreversible_margin, request.withheld)
+                picked, aside = clear_pick(near, strict, self.irreversible_margin)
             if picked in said_all:
                 chosen, which, sims = picked, "said", near
         ask: tuple[str, ...] = ()

@@ -83,8 +83,7 @@ def said_pick(sims: dict[str, float], picked: str, said: Sequence[str],
 
 
 def clear_pick(sims: dict[str, float], irreversible: Collection[str],
-               margin: float = IRREVERSIBLE_MARGIN,
-               uncued: Collection[str] = ()) -> tuple[str | None, tuple[str, ...]]:
+               margin: float = IRREVERSIBLE_MARGIN) -> tuple[str | None, tuple[str, ...]]:
     """The matcher's choice from ``sims`` (tool → cosine similarity of its nearest example;
     small talk under :data:`TALK` when it competes) once each tool of ``irreversible`` that is
     not nearer than the next candidate by ``margin`` is set aside: ``(tool or None, set aside)``,
@@ -101,16 +100,8 @@ def clear_pick(sims: dict[str, float], irreversible: Collection[str],
     Monday booking, two requests to move one, a question about an order) and one by
     0.108–0.121 ("Morning. Two things…"), which the rule lets through. The value was read off
     those scenarios, which therefore no longer measure it blind; the ``fresh`` suite was
-    written apart from it.
-
-    ``uncued``: tools the caller's words cannot ask for (withheld for want of their cue,
-    ``LLMRequest.withheld``). Unless nearest of all, such a tool is no rival: "I'd much rather
-    talk this over with an actual member of your team" had ``transfer_to_human`` (cued) at 0.333
-    and ``end_call`` (no closing said) at 0.306, and the transfer was set aside for a goodbye
-    that could not be chosen (Qwen2.5-Coder-1.5B, ``fresh-team-member-please``, run
-    ``20261207-185030-2b62``). Nearest of all, it stays, and choosing it means talk."""
-    first = max(sims, key=sims.__getitem__) if sims else None
-    left = {k: v for k, v in sims.items() if k == first or k not in uncued}
+    written apart from it."""
+    left = dict(sims)
     aside: list[str] = []
     while left:
         best = max(left, key=left.__getitem__)
