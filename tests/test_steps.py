@@ -478,12 +478,13 @@ async def test_a_cued_tool_stays_offered_for_the_answer_to_its_own_question():
             req = conv.request([ChatMessage("user", said)], final_step=False)
             return "cancel_appointment" in (req.allowed_tools or support.tools), req.withheld, req.confirming
 
-        assert offered("Smashing, that suits me perfectly.") == (
-            False, ("reschedule_appointment", "cancel_appointment", "transfer_to_human", "end_call"), None)
+        assert offered("Smashing, that suits me perfectly.") == (  # asks nothing: no listing either
+            False, ("list_appointments", "reschedule_appointment", "cancel_appointment",
+                    "transfer_to_human", "end_call"), None)
         assert offered("Could you renew the insurance on my car?") == (
             False, ("reschedule_appointment", "cancel_appointment", "transfer_to_human"), None)
         assert offered("I can't make it on Thursday, so take it off the books.") == (
-            True, ("reschedule_appointment", "transfer_to_human", "end_call"), None)
+            True, ("list_appointments", "reschedule_appointment", "transfer_to_human", "end_call"), None)
         held = await conv.run_tool(1, ToolCall("c1", "cancel_appointment", {"service": "consultation"}))
         assert held.held and "shall I cancel your consultation" in str(held.result)
         assert offered("Yep, please do.") == (True, (), "cancel_appointment")

@@ -102,7 +102,13 @@ _PART = r"(morning|afternoon|evening)"
 _AMPM = r"( ?[aApP]\.? ?[mM]\.?)"
 # a bare hour counts only after "at" ("at 11"): digits read out ("8, 1, 4") are not times
 # "o'clock" is how most callers say a whole hour ("three o'clock", "9 o'clock in the morning")
+# the quarter and half hours as spoken ("half past two", British "half two", "quarter to
+# four", "two thirty", "ten fifteen"): every set of move requests written blind said some
+# (2 of the 10 of 2026-12-07's), and read "two" alone they were 14:00, or no time at all
+_QUARTERS = (rf"(half|quarter) past {_HOUR}|quarter to {_HOUR}|half {_HOUR}"
+             rf"|{_HOUR} (fifteen|thirty|forty[- ]five)")
 TIME_PATTERN = (rf"^((at )?({_HOUR}([:.][0-5][0-9])?{_AMPM}|{_HOUR}[:.][0-5][0-9]"
+                rf"|({_QUARTERS})( ?{_AMPM}| in the {_PART})?"
                 rf"|{_HOUR} in the {_PART}|{_HOUR} o'clock( in the {_PART})?|noon|midday|{_PART})"
                 rf"|at {_HOUR})$")
 def _time_of_day(value: Any) -> str:
@@ -224,25 +230,53 @@ _HOUR_WORDS = {w: i for i, w in enumerate("one two three four five six seven eig
                                           "eleven twelve".split(), start=1)}
 _TIME = re.compile(r"\b(\d{1,2}|" + "|".join(_HOUR_WORDS) + r")(?:[:.](\d{2}))?"
                    r"(?:\s*([ap])\.?\s*m\b\.?)?", re.IGNORECASE)
+_H = "|".join([r"\d{1,2}", *_HOUR_WORDS])
+#: a quarter or half hour as spoken; "half two" is British for 2:30
+_SPOKEN = re.compile(rf"\b(?:(?P<past>half|quarter) past (?P<h1>{_H})|quarter to (?P<h2>{_H})"
+                     rf"|half (?P<h3>{_H})|(?P<h4>{_H}) (?P<mins>fifteen|thirty|forty[- ]five))\b"
+                     r"(?:\s*(?P<ap>[ap])\.?\s*m\b\.?)?", re.IGNORECASE)
+_SPOKEN_MINUTES = {"half": 30, "quarter": 15, "fifteen": 15, "thirty": 30}
+
+
+def _hour(raw: str) -> int:
+    return _HOUR_WORDS[raw] if raw in _HOUR_WORDS else int(raw)
+
+
+def _spoken(m: re.Match) -> tuple[int, int, str | None]:
+    """(hour, minutes, "a", "p" or None) of a :data:`_SPOKEN` match; "quarter to one" → 12:45."""
+    g = m.groupdict()
+    if g["h1"]:
+        return _hour(g["h1"]), _SPOKEN_MINUTES[g["past"]], g["ap"]
+    if g["h2"]:
+        return (_hour(g["h2"]) - 2) % 12 + 1, 45, g["ap"]
+    if g["h3"]:
+        return _hour(g["h3"]), 30, g["ap"]
+    return _hour(g["h4"]), _SPOKEN_MINUTES.get(g["mins"], 45), g["ap"]
 
 
 def parse_time(text: str) -> tuple[int, int]:
     """A time of day as a caller or an LLM writes it, alone or inside words: "15:00", "3 pm",
-    "3:30 PM", "two", "Thursday at 10 AM", "4 in the afternoon", "3" (an hour without am/pm
+    "3:30 PM", "two", "half past two" or "half two" (14:30), "quarter to four" (15:45),
+    "ten fifteen", "Thursday at 10 AM", "4 in the afternoon", "3" (an hour without am/pm
     inside business hours: 1–5 → afternoon), or a part of the day alone ("morning" → 10:00,
     "afternoon" → 14:00). With several times ("2, sorry, 3 pm") the last one counts, as a
     caller's self-correction does. Raises ValueError when no time can be read."""
     low = (text or "").lower()
-    found = [m for m in _TIME.finditer(low)]
+    spoken = list(_SPOKEN.finditer(low))
+    taken = [(m.start(), m.end()) for m in spoken]
+    found = [(m.start(), m) for m in _TIME.finditer(low)
+             if not any(a <= m.start() < b for a, b in taken)]
+    found += [(m.start(), m) for m in spoken]
     part = next((w for w in _PARTS_OF_DAY if w in low), None)
     if not found:
         if part is None:
             raise ValueError(f"cannot read the time {text!r}")
         return _PARTS_OF_DAY[part]
-    m = found[-1]
-    raw = m.group(1)
-    h = _HOUR_WORDS[raw] if raw in _HOUR_WORDS else int(raw)
-    mins, ap = int(m.group(2) or 0), m.group(3)
+    m = max(found, key=lambda f: f[0])[1]
+    if m.re is _SPOKEN:
+        h, mins, ap = _spoken(m)
+    else:
+        h, mins, ap = _hour(m.group(1)), int(m.group(2) or 0), m.group(3)
     if ap is None and part in ("afternoon", "evening"):
         ap = "p"
     elif ap is None and part == "morning":
