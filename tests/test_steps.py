@@ -449,6 +449,13 @@ def test_a_transfer_is_offered_only_on_words_that_ask_for_a_person():
     for said in ("Good stuff, that fits around my job nicely.", "Thank you so much.",
                  "When's my haircut?", "Is my order 4417 on its way?"):
         assert not cue.search(said), said
+    # a question whether the caller talks to a person asks for none, unless the words do too
+    for said in ("Hang on, is this a computer I'm talking to?", "Are you an actual human?",
+                 "Am I speaking with a real person right now?"):
+        assert not cue.search(said), said
+    for said in ("Is this a machine? Then put me through to somebody.",
+                 "Are you a bot? I'd rather speak to your staff.", "Is there a real person about?"):
+        assert cue.search(said), said
     assert transfer_to_human().cue.pattern == PERSON_CUE
     assert transfer_to_human(cue=None).cue is None
 
@@ -547,6 +554,32 @@ def test_a_listing_is_offered_only_on_words_about_the_callers_own_bookings():
         assert "list_appointments" in req.allowed_tools and "list_appointments" not in req.withheld
     finally:
         support.on_call_end(ctx)
+
+
+def test_a_listing_wants_a_question_or_a_request_not_a_remark():
+    """``LIST_CUE``'s second half: words about the caller's own bookings that ask nothing
+    (a remark about a past visit, thanks) do not offer the listing; asked, requested or
+    wondered about, they do; "do I need to…" and "how early…" ask what any customer does.
+    Look-alike words ("wonderful", "ready") are no request. (Written for this test, none from
+    a suite or a labelled set.)"""
+    import re
+
+    from rejoinder.app.examples import LIST_CUE
+
+    cue = re.compile(LIST_CUE, re.IGNORECASE)
+    remarks = ("My husband had his beard done with you in May and he looked ten years younger.",
+               "We always come in together on a Saturday, it's our little treat.",
+               "Lovely, that fits around my shifts.",
+               "The lady who did my fringe was wonderful.",
+               "I'm all ready, my phone's on speaker.",
+               "Do I need to book ahead for a consultation?",
+               "How early should we get there on the day?")
+    asks = ("So what day have you got me in for", "I'm not sure if my haircut's Tuesday or Wednesday.",
+            "Could you check my booking", "Hi there, any appointments under my name?",
+            "I was wondering when my daughter's trim is.", "Remind me when I'm in, would you?",
+            "Right. When am I coming in", "Tell me what time my consultation is.")
+    assert not [x for x in remarks if cue.search(x)]
+    assert [x for x in asks if not cue.search(x)] == []
 
 
 def test_a_yaml_cue_replaces_or_drops_a_tools_cue(tmp_path):

@@ -72,7 +72,18 @@ TRANSFER_EXAMPLES = ("Can I talk to a real person?", "I want to speak to a human
 #: of the support agent's examples, 22 of 24 of a second set written blind, 12 of 12 of the
 #: blind decision set, 3 of 3 turns of the read suites. English; pass ``cue=None`` (or your
 #: own pattern) for another language.
-PERSON_CUE = (r"\b(?:person|people|human|someone|somebody|some one|anyone|anybody|whoever|staff|team"
+#: A question whether the caller is talking to a person ("Are you a real person or a robot?",
+#: "Am I talking to an actual human?") asks nothing of the agent: no transfer unless the words
+#: also ask for one ("I want", "can I", "put me", "let me speak"). Why: the gate transferred it
+#: in the blind decision set and in a third set written blind on 2026-12-07 (1 of 1 each);
+#: written from general English after reading those two.
+_WHO_AM_I_TALKING_TO = (r"\b(?:are you|am i (?:talking|speaking|chatting) (?:to|with)|is (?:this|that|it)"
+                        r"|was (?:that|it))\b(?:\s+[\w']+){0,4}?\s+(?:real|person|human|robot|machine|bot"
+                        r"|computer|automated|ai|actual|live)\b")
+_ASKS_FOR_ONE = (r"\b(?:want\w*|wanna|like|rather|prefer|need|can i|could i|may i|let me|put me|get me"
+                 r"|transfer\w*|connect\w*|pass me|hand me|through to|speak|have a word|please)\b")
+PERSON_CUE = (rf"^(?!(?=[\s\S]*?{_WHO_AM_I_TALKING_TO})(?![\s\S]*?{_ASKS_FOR_ONE}))[\s\S]*?"
+              r"\b(?:person|people|human|someone|somebody|some one|anyone|anybody|whoever|staff|team"
               r"|manager|man ager|supervisor|boss|owner|agent|representative|rep|operat\w*|receptionist"
               r"|stylist|employee|colleague|member|man|woman|lady|ladies|guy|bloke|chap|real|live|actual"
               r"|transfer\w*|connect\w*|put (?:me|us) (?:through|on|over)|through to|speak (?:to|with)"

@@ -150,11 +150,9 @@ class Conversation:
         step = pos.step
         note = (ChatMessage("system", step.instructions),) if step and step.instructions else ()
         withheld: tuple[str, ...] = ()
-        cued: tuple[str, ...] = ()
         confirming = next((n for n in self._asked if allowed is None or n in allowed), None)
         if pending and pending[0].role == "user":  # a "yes" needs no cue to answer the question
             allowed, withheld = _offered(agent, allowed, pending[0].content, keep=confirming)
-            cued = _cued(agent, allowed, pending[0].content)
         if confirming is not None and len(pending) == 1:
             allowed = (confirming,)  # the caller answers the tool's question: yes (call) or not
         if final_step or not schemas or allowed == ():
@@ -170,8 +168,7 @@ class Conversation:
             tool_choice=choice, cache_key=self.ctx.call_id, allowed_tools=allowed,
             tool_threshold=agent.llm.tool_threshold, talk_examples=tuple(agent.llm.talk_examples),
             scope=agent.llm.scope or "", confirming=confirming,
-            withheld=withheld if choice != "none" and confirming is None else (),
-            cued=cued if choice != "none" and confirming is None else ())
+            withheld=withheld if choice != "none" and confirming is None else ())
 
     def commit(self, turn_id: int, moves: list[tuple[Position, str, str]], ending: Any = None) -> None:
         """Make a reply's moves the conversation's (``(position, reason, tool)`` each, in order;
@@ -412,14 +409,6 @@ async def undo_runs(conv: Conversation, turn_id: int, runs: list[ToolRun]) -> No
         for run in reversed(runs):
             await conv.compensate(turn_id, run)
     await asyncio.shield(undo())
-
-
-def _cued(agent: Agent, allowed: tuple[str, ...] | None, said: str) -> tuple[str, ...]:
-    """The tools of ``allowed`` (None: every tool) with a ``cue`` that ``said`` (the caller's
-    words) matches (:attr:`rejoinder.ports.LLMRequest.cued`)."""
-    names = allowed if allowed is not None else tuple(agent.tools)
-    return tuple(n for n in names
-                 if (cue := getattr(agent.tools.get(n), "cue", None)) is not None and cue.search(said))
 
 
 def _offered(agent: Agent, allowed: tuple[str, ...] | None, said: str,

@@ -102,9 +102,6 @@ class ToolSchema:
     #: ``confirm`` only asks at first). The embedded gate wants clearer evidence for it
     #: (:func:`rejoinder.adapters._which.clear_pick`); never sent
     irreversible: bool = False
-    #: whether the tool's effect can be undone or it only reads (:attr:`rejoinder.tools.Tool.
-    #: reversible`; a cancellation that asks first is neither this nor ``irreversible``); never sent
-    reversible: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +260,7 @@ class LLMRequest:
     still scores them; choosing an irreversible one means talking (else its share of the call
     would go to the next tool), while a reversible one is set aside and the rest compete (a
     move not asked for: the listing or the cancellation the words hold comes instead); others
-    ignore it. ``cued`` names the offered tools with a cue that the caller's words match: a
-    scoring backend may trust a reversible one's nearest example over its second space's
-    small-talk verdict (:class:`rejoinder.adapters._which.TalkCheckedMatcher`); others ignore it.
+    ignore it.
     Raises ``ValueError`` for a name not among ``tools``."""
 
     messages: tuple[ChatMessage, ...]
@@ -283,7 +278,6 @@ class LLMRequest:
     confirming: str | None = None
     scope: str = ""
     withheld: tuple[str, ...] = ()
-    cued: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.allowed_tools is not None:

@@ -195,8 +195,7 @@ class Tool:
         self.schema = ToolSchema(self.name, self.description,
                                  _clean_schema(self.params.model_json_schema()), self.examples,
                                  tells=self.filler and not self.background,
-                                 irreversible=not self.reversible and self.confirm_fn is None,
-                                 reversible=self.reversible)
+                                 irreversible=not self.reversible and self.confirm_fn is None)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, reversible={self.reversible})"

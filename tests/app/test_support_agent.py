@@ -121,13 +121,20 @@ async def test_cancel_is_irreversible_and_only_touches_the_callers_own(call):
                                      ("9 in the morning", (9, 0)), ("2pm", (14, 0)),
                                      ("Monday at 2. Sorry, I mean Tuesday at 3", (15, 0)),
                                      ("three o'clock", (15, 0)), ("11 o'clock", (11, 0)),
-                                     ("nine o'clock in the morning", (9, 0))])
+                                     ("nine o'clock in the morning", (9, 0)),
+                                     ("Thursday at half two", (14, 30)), ("half past 4", (16, 30)),
+                                     ("quarter past one", (13, 15)), ("quarter to ten", (9, 45)),
+                                     ("quarter to one", (12, 45)), ("at two thirty", (14, 30)),
+                                     ("ten forty-five", (10, 45)), ("eleven fifteen", (11, 15)),
+                                     ("half past nine in the morning", (9, 30)),
+                                     ("Monday at 2, no, Tuesday at half three", (15, 30)),
+                                     ("quarter past 3 p.m.", (15, 15))])
 def test_parse_time(text, hm):
     assert support.parse_time(text) == hm
 
 
 def test_parse_time_rejects_nonsense():
-    for bad in ("", "soon", "25:00", "7:75"):
+    for bad in ("", "soon", "25:00", "7:75", "half an hour later"):
         with pytest.raises(ValueError):
             support.parse_time(bad)
 
@@ -174,6 +181,14 @@ def test_the_tools_the_llm_sees():
     assert move["properties"]["service"]["enum"] == ["haircut", "consultation", ""]
     assert [support.reschedule_appointment.parse({"day": "monday", "time": t})["time"]
             for t in ("3 pm", "Tuesday at 3 PM", "15:00", "three", "3 in the afternoon")] == ["15:00"] * 5
+    # the quarter and half hours as spoken are times the argument is grounded in, to the minute
+    time = move["properties"]["time"]
+    assert grounded_values(time, "Could I move it to Thursday at half two instead?")[0] == "at half two"
+    assert grounded_values(time, "Friday, quarter to four if you can") == ["quarter to four", "quarter to 4"]
+    assert grounded_values(time, "half an hour later") == []
+    assert [support.reschedule_appointment.parse({"day": "Friday", "time": t})["time"]
+            for t in ("at half two", "half past two", "two thirty", "quarter to 3")] == [
+                "14:30", "14:30", "14:30", "14:45"]
     assert support.reschedule_appointment.parse(
         {"day": "Monday", "time": "3", "service": "the Haircut, 2pm"})["service"] == "haircut"
     # a whole hour said with "o'clock" is a time the argument can be grounded in

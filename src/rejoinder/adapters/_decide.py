@@ -34,10 +34,6 @@ from ._which import (CONFIRM_NO, CONFIRM_YES, TALK, ExampleMatcher, TalkCheckedM
 class DecideStep:
     """Talk or call, and which tool (mixed into :class:`._llama_engine.ChatEngine`)."""
 
-    #: a reversible tool the caller's words cue (``LLMRequest.cued``) keeps its nearest example
-    #: against the second space's small-talk verdict (:meth:`_choose`); False: it does not
-    trust_cued: bool = True
-
     def gate_for(self, tools: tuple[ToolSchema, ...], talk_examples: tuple[str, ...] = ()) -> LabelGate:
         """The tool gate of ``tools`` and ``talk_examples`` (kept per tool set)."""
         key = (tuple((t.name, t.description, t.examples) for t in tools), talk_examples)
@@ -133,7 +129,8 @@ class DecideStep:
             chosen, which = yes, "confirm"
         elif chosen is not None and matcher is not None and matcher.covers(cands):
             # small talk competes unless a tool's typed arguments were said (an order number)
-            picked, sims = self._choose(matcher, request, cands, self.talk_veto and not said_all)
+            picked, sims = matcher.choose(self._caller_said(request), cands,
+                                          talk=self.talk_veto and not said_all)
             strict = [t.name for t in request.tools if t.irreversible]
             if picked in strict:  # an action that cannot be undone wants a clear nearest
                 picked, aside = clear_pick(sims, strict, self.irreversible_margin)
@@ -162,7 +159,7 @@ class DecideStep:
                 and matcher is not None and matcher.covers(cands)):
             # under the threshold, but the caller said every typed argument of a tool: called
             # when that tool's example lies nearest, small talk competing
-            picked, near = self._choose(matcher, request, cands, True)
+            picked, near = matcher.choose(self._caller_said(request), cands, talk=True)
             strict = [t.name for t in request.tools if t.irreversible]
             if picked in strict:
                 picked, aside = clear_pick(near, strict, self.irreversible_margin)
@@ -175,20 +172,6 @@ class DecideStep:
                                     self._caller_before(request))
         return ToolDecision(chosen, {**scores.tools, "(none)": scores.none}, scores.margin,
                             threshold, source, which, sims, ask, aside, vetoed if ask else None)
-
-    def _choose(self, matcher: ExampleMatcher | TalkCheckedMatcher, request: LLMRequest,
-                cands: list[str], talk: bool) -> tuple[str | None, dict[str, float]]:
-        """``matcher``'s nearest of ``cands`` for the caller's words (small talk competing
-        with ``talk``), the second space's small-talk verdict not overruling a reversible tool
-        (``ToolSchema.reversible``: it reads or can be undone) that the caller's words cue
-        (``request.cued``: a listing asked for as its cue wants). A cancellation that asks
-        first is not one: its question on a remark ("I nearly cancelled on you last week") is
-        a call on small talk too."""
-        said = self._caller_said(request)
-        if not isinstance(matcher, TalkCheckedMatcher) or not self.trust_cued:
-            return matcher.choose(said, cands, talk=talk)
-        trust = [t.name for t in request.tools if t.name in request.cued and t.reversible]
-        return matcher.choose(said, cands, talk=talk, trust=trust)
 
     @staticmethod
     def _uncued(request: LLMRequest) -> set[str]:

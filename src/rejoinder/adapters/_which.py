@@ -241,23 +241,17 @@ class TalkCheckedMatcher:
     def similarities(self, text: str, names: Sequence[str]) -> dict[str, float]:
         return self.which.similarities(text, names)
 
-    def choose(self, text: str, names: Sequence[str], talk: bool = False,
-               trust: Sequence[str] = ()) -> tuple[str | None, dict[str, float]]:
+    def choose(self, text: str, names: Sequence[str],
+               talk: bool = False) -> tuple[str | None, dict[str, float]]:
         """As :meth:`ExampleMatcher.choose` in ``which``'s space; with ``talk``, None also when
         a check's space has a small-talk example nearest (the similarities stay ``which``'s).
-        Without ``own_talk``, ``which``'s own small-talk verdict is not one of them. ``trust``:
-        tools whose choice in ``which``'s space the checks do not overrule.
-
-        Why ``trust`` (2026-12-07): :class:`rejoinder.ports.LLMRequest` ``cued`` reversible
-        tools, a listing asked for in the words its cue wants, were talked past when
-        SmolLM2-135M's space put a small-talk example nearest ("So, when am I next due in with
-        you?", MiniLM's nearest a listing example at 0.386 against small talk's 0.135)."""
+        Without ``own_talk``, ``which``'s own small-talk verdict is not one of them."""
         best, sims = self.which.choose(text, names, talk=talk)
         if talk and not self.own_talk:
             tools = [n for n in names if n in sims]
             best = max(tools, key=sims.__getitem__) if tools else None
-        if talk and best is not None and best not in trust and any(
-                c.choose(text, names, talk=True)[0] is None for c in self.checks):
+        if talk and best is not None and any(c.choose(text, names, talk=True)[0] is None
+                                             for c in self.checks):
             return None, sims
         return best, sims
 

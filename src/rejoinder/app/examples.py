@@ -146,7 +146,7 @@ CANCEL_CUE = (r"\b(?:cancel\w*|council|can sell|call\w* (?:\w+ ){0,4}off|scrap\w
 #: 18 examples above, 32 of 32 of the second set, 67 of 67 of the blind decision set, 12 of 12 of
 #: the third, 12 of 12 listing turns of the read suites; the sealed and vault suites were not
 #: read. Small-talk lines it offers the tool for: the third set 56 → 23 of 90, the read suites'
-#: small-talk turns 21 → 10 of 36. Through the gate (``bench/tool_choice.py --designs gate
+#: small-talk turns 21 → 9 of 36. Through the gate (``bench/tool_choice.py --designs gate
 #: --items …``) the person words alone moved no call on small talk 87.1 → 93.5 % of the blind
 #: set's 62 and 81.5 → 88.9 % of the second set's 27, right tool unchanged on both.
 _LIST_WHO = (r"\b(?:i|i'?m|i'?ve|i'?d|i'?ll|me|my|mine|myself|we|we'?re|we'?ve|our|us"
