@@ -228,9 +228,8 @@ _PARTS_OF_DAY = {"afternoon": (14, 0), "evening": (17, 0), "morning": (10, 0), "
                  "midday": (12, 0)}
 _HOUR_WORDS = {w: i for i, w in enumerate("one two three four five six seven eight nine ten "
                                           "eleven twelve".split(), start=1)}
-_TIME = re.compile(r"\b(\d{1,2}|" + "|".join(_HOUR_WORDS) + r")(?:[:.](\d{2}))?"
-                   r"(?:\s*([ap])\.?\s*m\b\.?)?", re.IGNORECASE)
 _H = "|".join([r"\d{1,2}", *_HOUR_WORDS])
+_TIME = re.compile(rf"\b({_H})(?:[:.](\d{{2}}))?(?:\s*([ap])\.?\s*m\b\.?)?", re.IGNORECASE)
 #: a quarter or half hour as spoken; "half two" is British for 2:30
 _SPOKEN = re.compile(rf"\b(?:(?P<past>half|quarter) past (?P<h1>{_H})|quarter to (?P<h2>{_H})"
                      rf"|half (?P<h3>{_H})|(?P<h4>{_H}) (?P<mins>fifteen|thirty|forty[- ]five))\b"
