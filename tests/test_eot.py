@@ -268,8 +268,9 @@ def test_same_request_and_saved_ms():
 
 
 # --- tool turns: filler only for a long expected wait; longest silence ---------------------------
-def slow_agent(clock: VirtualClock, tool_ms: float, latency_ms: float | None) -> Agent:
-    @tool(reversible=True, latency_ms=latency_ms)
+def slow_agent(clock: VirtualClock, tool_ms: float, latency_ms: float | None,
+               reversible: bool = True) -> Agent:
+    @tool(reversible=reversible, latency_ms=latency_ms)
     async def lookup_order(order_id: str, text: str = "") -> dict:
         """Look up an order."""
         await clock.sleep_until(clock.now_ms() + tool_ms)
@@ -278,14 +279,15 @@ def slow_agent(clock: VirtualClock, tool_ms: float, latency_ms: float | None) ->
 
 
 async def tool_call(latency_ms: float | None, tool_ms: float = 1000,
-                    filler: FillerPolicy | None = None):
+                    filler: FillerPolicy | None = None, eot_prob: float = 0.95,
+                    text: str = "What is the status of order 4217?", reversible: bool = True):
     clock = VirtualClock()
     said: list[SpeakableText] = []
     bus = EventBus()
     bus.subscribe(lambda e: said.append(e) if isinstance(e, SpeakableText) else None)
-    stack = make_stack(clock, ["What is the status of order 4217?"], eot_prob=0.95,
+    stack = make_stack(clock, [text], eot_prob=eot_prob,
                        calls=[ToolCall("", "lookup_order", {"order_id": "4217"})])
-    res = await run_call([turn(tone(800))], stack, slow_agent(clock, tool_ms, latency_ms),
+    res = await run_call([turn(tone(800))], stack, slow_agent(clock, tool_ms, latency_ms, reversible),
                          clock=clock, tail_ms=3000, bus=bus, filler=filler)
     [row] = res.silence_metrics()
     return res, said, row
@@ -507,6 +509,35 @@ async def test_a_quick_round_gets_no_filler_even_when_declared():
     _, said, row = await tool_call(latency_ms=100, tool_ms=100,
                                    filler=FillerPolicy(reading_prior_ms=700))
     assert [s.source for s in said][0] == "filler"
+
+
+async def test_a_quick_round_after_a_late_end_of_turn_is_filled_within_the_silence_budget():
+    # the end-of-turn model says "not done" (0.05) to words that read complete (a request, not
+    # a question): the turn waits out the 900 ms silence timeout. The draft written at the pause
+    # chose an irreversible tool, which waits for the commit, so the quick round (100 + 300 ms
+    # expected) only starts then: ≈ 1.3 s of silence since the caller's last word
+    quick = FillerPolicy(reading_prior_ms=300)
+    late = dict(latency_ms=100, tool_ms=100, eot_prob=0.05, text="Cancel my order.",
+                reversible=False)
+    res, said, row = await tool_call(filler=quick, **late)
+    [rec] = res.turns
+    assert rec.stamps["eot_decided"] - rec.stamps["user_speech_end"] >= 900  # the timeout
+    assert [s.source for s in said][0] == "filler" and said[0].text == "One moment. "
+    assert rec.time_to_answer_ms() > rec.v2v_ms()  # the filler is marked, not the answer
+    # the budget off: the same turn is quiet until the answer
+    off = quick.model_copy(update={"silence_budget_ms": 0})
+    res_off, said, quiet = await tool_call(filler=off, **late)
+    assert {s.source for s in said} == {"llm"}
+    assert quiet["longest_silence_ms"] >= 1300  # timeout 900, the call's writing, tool, reading
+    assert row["longest_silence_ms"] <= quiet["longest_silence_ms"] - 250
+    assert res_off.turns[0].time_to_answer_ms() < rec.time_to_answer_ms()  # what the filler costs
+    # a turn decided early leaves the round its room: no filler
+    _, said, _ = await tool_call(filler=quick, **{**late, "eot_prob": 0.95})
+    assert {s.source for s in said} == {"llm"}
+    # a reversible round the draft ran during the pause is over at the commit: its answer is
+    # ready, and a filler would only put it off
+    _, said, _ = await tool_call(filler=quick, **{**late, "reversible": True})
+    assert {s.source for s in said} == {"llm"}
 
 
 async def test_an_llm_that_declares_its_reading_prior_gets_a_filler_on_its_first_round():

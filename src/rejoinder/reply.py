@@ -76,6 +76,8 @@ class Say:
     resume: bool = False  # what follows continues the reply after a recovery (an LLM retry)
     tools: bool = False   # with flush: a tool round that may be filled (results read next)
     reading_ms: float | None = None  # with tools: the LLM's expected reading wait (None: unknown)
+    held: bool = False    # with tools: the round waits for the turn's confirmation (an
+    #                       irreversible tool in a tentative draft), so it starts when spoken
 
 
 class RecoveryPolicy(BaseModel):
@@ -125,7 +127,11 @@ class FillerPolicy(BaseModel):
       first lookup of a process is not dead air). Never for a call-control round
       (``Tool.filler`` False: ``end_call``, ``transfer_to_human``), a
       round known to be quick, nor one already over when the reply gets there (a preemptive
-      draft ran it);
+      draft ran it). A quick round is filled too when the caller, by the time the round's
+      answer is expected, will have heard ``silence_budget_ms`` of silence since their last
+      word and nothing of this reply was said before it: the caller's wait starts at their last
+      word, not at the agent's end-of-turn decision, so a turn decided late (a silence timeout
+      after the end-of-turn model said "not done") leaves less room for the round;
     * ``enabled`` (off): a filler whenever no speakable text has come ``after_ms`` after the
       reply started, whatever the cause.
 
@@ -149,6 +155,12 @@ class FillerPolicy(BaseModel):
                                     "round's results to its first speakable words, assumed until "
                                     "this process has observed one, when the LLM adapter declares "
                                     "none (LlamaLLM declares 700)")
+    silence_budget_ms: float = Field(1000.0, ge=0, description="silence (ms) from the "
+                                     "caller's last word to the expected answer of a tool round "
+                                     "that calls for a filler even when the round itself is "
+                                     "quick; 0: off. About a second of dead air is where a "
+                                     "caller starts to wonder whether the line is still there "
+                                     "(issue 18's bound on a tool turn's longest silence)")
     phrases: tuple[str, ...] = ("One moment.",)
     hold_phrases: tuple[str, ...] = Field(
         ("Let me check.", "Just a second.", "Still checking.", "Thanks for waiting."),
@@ -275,15 +287,20 @@ class Reply:
                  filler: FillerPolicy | None = None,
                  recovery_audio: np.ndarray | None = None,
                  phrases: RenderedPhrases | None = None,
-                 on_filler: Callable[[int, str], None] | None = None) -> None:
+                 on_filler: Callable[[int, str], None] | None = None,
+                 caller_done_ms: float | None = None) -> None:
         """``recovery_audio``: int16 at the playout rate, rendered ahead of time (warm-up), said
         when nothing of the reply could be synthesized and there is no backup TTS left.
         ``phrases``: the filler policy's phrases rendered at warm-up by the same TTS voice
         (:mod:`rejoinder.phrases`): a filler or hold phrase found there is replayed, not
         synthesized again. ``on_filler(step, phrase)``: told when a filler or hold phrase goes to
         TTS, attributed to the LLM step ``step`` (the draft puts it in that step's call message,
-        :meth:`rejoinder.respond.Draft.filler_said`)."""
+        :meth:`rejoinder.respond.Draft.filler_said`). ``caller_done_ms``: the caller's last
+        voiced sample of the turn this reply answers (call clock, ms), for the filler's
+        ``silence_budget_ms``; None: that rule is off."""
         self.on_filler = on_filler
+        self.caller_done_ms = caller_done_ms
+        self._said = False  # a non-blank chunk of this reply went to TTS
         self.st = st
         self.recovery_audio = recovery_audio
         self.phrases = phrases
@@ -334,6 +351,7 @@ class Reply:
         def put(chunk: str, src: str, stp: int) -> None:
             queue.put_nowait((chunk, src, stp, resume[0]))
             resume[0] = False
+            self._said = self._said or bool(chunk.strip())
             if src != "filler":
                 self._holding = False  # the answer's words are on their way to TTS
 
@@ -347,10 +365,11 @@ class Reply:
                     continue
                 if item.source == "filler" and item.text.strip():
                     self._hold_from_now()  # (the catch-all filler of filler.enabled)
+                if item.flush and not filled:
+                    for chunk in chunker.flush():  # what the LLM wrote before the round
+                        put(chunk, source, step)
                 if item.flush and not filled and self._long_wait(item):
                     filled = True  # once per reply: the caller knows the agent is on it
-                    for chunk in chunker.flush():
-                        put(chunk, source, step)
                     fill(self.filler.phrases[0], step)  # the answer follows
                     source = "filler"
                     self._hold_from_now()
@@ -459,11 +478,20 @@ class Reply:
         return self.filler.hold_lead_ms
 
     def _long_wait(self, item: "Say") -> bool:
-        """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more."""
+        """A tool round is coming that should keep the caller waiting ≥ ``tool_wait_ms`` more,
+        or that leaves the caller ``silence_budget_ms`` of silence since their last word when
+        nothing of this reply was said before it (:class:`FillerPolicy`)."""
         if not self.filler.tools or not item.tools:
             return False
         reading = self.filler.reading_prior_ms if item.reading_ms is None else item.reading_ms
-        return item.at_ms + item.wait_ms + reading - self.st.now() >= self.filler.tool_wait_ms
+        now = self.st.now()
+        start = max(item.at_ms, now) if item.held else item.at_ms  # a held round starts now
+        ready = start + item.wait_ms + reading  # the answer's first words, expected (call clock)
+        if ready - now >= self.filler.tool_wait_ms:
+            return True
+        budget = self.filler.silence_budget_ms
+        return (budget > 0 and not self._said and self.caller_done_ms is not None
+                and ready > now and ready - self.caller_done_ms >= budget)
 
     async def _with_filler(self, items: AsyncIterable["Say"]):
         """``items``, with a filler phrase inserted when no text has come ``filler.after_ms``

@@ -355,8 +355,9 @@ class Draft:
         not a wait."""
         wait = sum((t.expected_ms() or 0.0) for t in tools if t is not None)
         fill = all(t is None or t.filler for t in tools)
+        held = self.tentative and any(t is None or not t.reversible for t in tools)
         self._put(Say("", flush=True, wait_ms=wait, at_ms=self.conv.st.now(), tools=fill,
-                      reading_ms=expected_reading_ms(self.llm)))
+                      reading_ms=expected_reading_ms(self.llm), held=held))
 
     async def _step(self, pending: list[ChatMessage], step: Step, *, final: bool,
                     index: int = 0) -> list[ToolCall]:

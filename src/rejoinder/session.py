@@ -517,11 +517,14 @@ class Session:
 
     async def _speak(self, turn_id: int, items, user_text: str | None, steps: list[Step],
                      draft: Draft | None = None) -> None:
+        run = self.turns.open(turn_id)
+        done = run.spec[0] if user_text is not None and run.spec else None  # the last word
         reply = Reply(self.st, turn_id, self.playout, self.stack.tts, backup_tts=self.stack.backup_tts,
                       recovery=self.recovery, filler=self.filler,
                       recovery_audio=self.stack.recovery_audio, phrases=self.stack.phrases,
-                      on_filler=draft.filler_said if draft is not None else None)
-        self.turns.open(turn_id).speak(reply, user_text, steps, draft)
+                      on_filler=draft.filler_said if draft is not None else None,
+                      caller_done_ms=done)
+        run.speak(reply, user_text, steps, draft)
         try:
             await reply.speak(items)
         except* Exception as eg:
